@@ -1,0 +1,239 @@
+"""The ``pgkb`` command line: a thin layer over the settings, the database and the SQL functions.
+
+Heavy imports (the embedding model, the database driver's extras) happen inside the commands that
+need them, so ``pgkb --help`` is instant. Every error pgkb raises on purpose is a
+:class:`~loader.errors.PgkbError` and is printed as one message with a hint, never a traceback;
+exit codes: 0 success, 1 some inputs failed, 2 configuration or connection error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from loader.errors import PgkbError
+from loader.settings import ENV_PREFIX, Settings, load_settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass
+class App:
+    """What every command receives: the settings as the root options and environment made them."""
+
+    config_file: str | None
+    overrides: dict[str, Any]
+    _settings: Settings | None = None
+
+    def settings(self, **more: Any) -> Settings:
+        """The settings, with this command's own options (``more``) applied on top."""
+        if self._settings is None:
+            self._settings = load_settings(self.config_file, **self.overrides)
+        extra = {k: v for k, v in more.items() if v is not None}
+        if not extra:
+            return self._settings
+        return load_settings(self.config_file, **{**self.overrides, **extra})
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+def setting_option(name: str, *param_decls: str, **kwargs: Any) -> Callable[[F], F]:
+    """A Click option for setting ``name``, read from ``PGKB_<NAME>`` and shown in ``--help``.
+
+    The command receives the value under ``name`` (None when not given), to pass to
+    ``app.settings(name=value)``, which validates it with every other setting.
+    """
+    decls = param_decls or (f"--{name.replace('_', '-')}",)
+    kwargs.setdefault("default", None)
+    return click.option(
+        *decls, name, envvar=ENV_PREFIX + name.upper(), show_envvar=True, **kwargs
+    )
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+
+
+class PgkbGroup(click.Group):
+    """A group that turns :class:`PgkbError` (and a few library errors) into clean messages."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PgkbError as exc:
+            click.secho(f"Error: {exc.message}", fg="red", err=True)
+            if exc.hint:
+                click.echo(f"  hint: {exc.hint}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except Exception as exc:
+            import psycopg
+
+            if not isinstance(exc, psycopg.OperationalError):
+                raise
+            click.secho(f"Error: the database connection failed: {exc}", fg="red", err=True)
+            click.echo("  hint: check that the server is running; `pgkb db url` shows which", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=PgkbGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    envvar="PGKB_CONFIG",
+    show_envvar=True,
+    help="TOML config file (default: ./pgkb.toml, then ~/.config/pgkb/pgkb.toml).",
+)
+@setting_option(
+    "database_url",
+    help="PostgreSQL URL; unset: pgkb's embedded server in the data directory.",
+)
+@setting_option("data_dir", help="Where the embedded server keeps its data.")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.version_option(package_name="pgkb", prog_name="pgkb")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    config_file: str | None,
+    database_url: str | None,
+    data_dir: str | None,
+    verbose: int,
+) -> None:
+    """pgkb: a knowledge base inside PostgreSQL: documents in, cited answers out."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ctx.obj = App(config_file, {"database_url": database_url, "data_dir": data_dir})
+
+
+# --- pgkb db ---------------------------------------------------------------------------------
+
+
+@cli.group()
+def db() -> None:
+    """The database: create or upgrade the kb schema, show its URL and state, stop the server."""
+
+
+@db.command("upgrade")
+@click.argument("revision", default="head")
+@pass_app
+def db_upgrade(app: App, revision: str) -> None:
+    """Create or upgrade the kb schema (alembic upgrade REVISION, default head)."""
+    from loader.db import database_url, redact
+    from loader.migrate import upgrade
+
+    url = database_url(app.settings())
+    upgrade(url, revision)
+    click.echo(f"kb schema is at {revision} on {redact(url)}", err=True)
+
+
+@db.command("downgrade")
+@click.argument("revision")
+@click.confirmation_option(prompt="Downgrading can drop tables and data. Continue?")
+@pass_app
+def db_downgrade(app: App, revision: str) -> None:
+    """Downgrade the kb schema to REVISION ('base' removes every kb table)."""
+    from loader.db import database_url
+    from loader.migrate import downgrade
+
+    downgrade(database_url(app.settings()), revision)
+    click.echo(f"kb schema downgraded to {revision}", err=True)
+
+
+@db.command("url")
+@pass_app
+def db_url(app: App) -> None:
+    """Print the database URL in use (starting the embedded server if needed).
+
+    Use it as: psql "$(pgkb db url)"
+    """
+    from loader.db import database_url
+
+    click.echo(database_url(app.settings()))
+
+
+@db.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def db_status(app: App, as_json: bool) -> None:
+    """Show the database, the schema revision and what the knowledge base holds."""
+    from loader.status import schema_status
+
+    status = schema_status(app.settings())
+    if as_json:
+        emit_json(status)
+        return
+    for key, value in status.items():
+        click.echo(f"{key:>18}: {value}")
+
+
+@db.command("start")
+@pass_app
+def db_start(app: App) -> None:
+    """Start (or reuse) the embedded server and print its URL."""
+    settings = app.settings()
+    if settings.database_url:
+        raise PgkbError(
+            "PGKB_DATABASE_URL is set, so pgkb does not use its embedded server",
+            hint="unset PGKB_DATABASE_URL to use the embedded server",
+        )
+    from loader.embedded import ensure_server
+
+    url = ensure_server(settings.pgdata)
+    click.echo(f"embedded PostgreSQL running, data in {settings.pgdata}", err=True)
+    click.echo(url)
+
+
+@db.command("stop")
+@pass_app
+def db_stop(app: App) -> None:
+    """Stop the embedded server (its data stays in the data directory)."""
+    from loader.embedded import stop_server
+
+    settings = app.settings()
+    if stop_server(settings.pgdata):
+        click.echo(f"stopped the embedded server ({settings.pgdata})", err=True)
+    else:
+        click.echo(f"the embedded server ({settings.pgdata}) was not running", err=True)
+
+
+# --- pgkb quickstart ---------------------------------------------------------------------------
+
+
+@cli.command()
+@pass_app
+def quickstart(app: App) -> None:
+    """Set up the default database and show what the knowledge base holds.
+
+    Creates or upgrades the kb schema on the configured database (the embedded server unless
+    PGKB_DATABASE_URL is set) and prints its status.
+    """
+    from loader.db import database_url, redact
+    from loader.migrate import upgrade
+    from loader.status import schema_status
+
+    settings = app.settings()
+    url = database_url(settings)
+    if not settings.database_url:
+        click.echo(f"using the embedded PostgreSQL server, data in {settings.pgdata}", err=True)
+    upgrade(url)
+    click.echo(f"kb schema is up to date on {redact(url)}", err=True)
+    for key, value in schema_status(settings).items():
+        click.echo(f"{key:>18}: {value}")
+
+
+def main() -> None:  # pragma: no cover - console script entry point
+    cli(prog_name="pgkb")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

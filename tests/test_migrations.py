@@ -1,0 +1,136 @@
+"""The kb schema is made only by migrations, and they match sql_functions/ exactly."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+import pytest
+from alembic.script import ScriptDirectory
+
+from loader import resources
+from loader.devtools import snapshot
+from loader.migrate import alembic_config
+from tests.conftest import migrate
+
+KB_FUNCTIONS = """
+    SELECT p.proname, pg_get_functiondef(p.oid)
+      FROM pg_proc p
+     WHERE p.pronamespace = 'kb'::regnamespace
+     ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)
+"""
+
+
+def _functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+    return [(r[0], r[1]) for r in conn.execute(KB_FUNCTIONS).fetchall()]
+
+
+def _tables(conn: psycopg.Connection[Any]) -> set[str]:
+    rows = conn.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'kb' AND tablename <> 'alembic_version'"
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def test_single_head() -> None:
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    assert len(heads) == 1, f"several migration heads: {heads}"
+
+
+def test_round_trip_base_head_base_head(empty_db_url: str) -> None:
+    migrate(empty_db_url, "head")
+    with psycopg.connect(empty_db_url) as conn:
+        tables = _tables(conn)
+        functions = _functions(conn)
+    assert {"documents", "chunks", "embeddings", "embedding_models"} <= tables
+
+    from loader.migrate import downgrade
+
+    downgrade(empty_db_url, "base")
+    with psycopg.connect(empty_db_url) as conn:
+        assert _tables(conn) == set()
+        assert _functions(conn) == []
+
+    migrate(empty_db_url, "head")
+    with psycopg.connect(empty_db_url) as conn:
+        assert _tables(conn) == tables
+        assert _functions(conn) == functions
+
+
+def test_every_function_in_the_database_equals_its_file(conn: psycopg.Connection[Any]) -> None:
+    """Drift test: after `upgrade head`, re-running every file of sql_functions/ changes nothing,
+    and the database has exactly one function per file."""
+    migrated = _functions(conn)
+    files = snapshot.function_files()
+    assert sorted({name for name, _ in migrated}) == sorted(files), (
+        "functions in kb and files in sql_functions/ differ"
+    )
+    assert len(migrated) == len(files), "a function has several overloads in kb"
+    conn.execute("SET LOCAL check_function_bodies = off")
+    for text in files.values():
+        conn.execute(text.encode())
+    rebuilt = _functions(conn)
+    conn.rollback()
+    for (name, old), (_, new) in zip(migrated, rebuilt, strict=True):
+        assert old == new, (
+            f"kb.{name} in the migrations differs from sql_functions/{name}.sql: run "
+            "`python -m loader.devtools.snapshot -m '...'` to write a migration"
+        )
+
+
+def test_migrations_embed_the_current_function_files() -> None:
+    chain = snapshot.migrations()
+    assert snapshot.embedded_state(chain) == snapshot.function_files()
+
+
+def test_landed_migrations_never_change() -> None:
+    versions = resources.alembic_dir() / "versions"
+    frozen = snapshot.frozen_hashes(versions)
+    for name, digest in frozen.items():
+        path = versions / name
+        assert path.exists(), f"landed migration {name} was removed"
+        assert snapshot.file_hash(path) == digest, (
+            f"landed migration {name} was edited; migrations are immutable, add a new one"
+        )
+
+
+def test_migrations_never_read_sql_functions_at_run_time() -> None:
+    for path in (resources.alembic_dir() / "versions").glob("*.py"):
+        text = path.read_text()
+        assert "sql_functions" not in text.replace("# >>> functions", ""), path.name
+        assert "read_text" not in text and "open(" not in text, path.name
+
+
+@pytest.mark.parametrize("name", sorted(snapshot.function_files()))
+def test_function_file_convention(name: str) -> None:
+    text = snapshot.function_files()[name]
+    assert text.startswith("-- kb." + name), f"{name}.sql must start with a header comment"
+    assert re.search(rf"CREATE OR REPLACE FUNCTION kb\.{name}\(", text), name
+    assert re.search(rf"COMMENT ON FUNCTION kb\.{name}\(", text), f"{name}.sql lacks COMMENT ON"
+    assert "SET search_path" in text, f"{name}.sql must pin its search_path"
+
+
+def test_every_function_has_a_comment(conn: psycopg.Connection[Any]) -> None:
+    rows = conn.execute(
+        "SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'kb'::regnamespace "
+        "AND obj_description(p.oid, 'pg_proc') IS NULL"
+    ).fetchall()
+    assert rows == []
+
+
+def test_schema_has_the_promised_indexes(conn: psycopg.Connection[Any]) -> None:
+    indexes = {
+        r[0]: r[1]
+        for r in conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'kb'"
+        ).fetchall()
+    }
+    assert "USING gin (tsv)" in indexes["chunks_tsv_idx"]
+    conn.execute("SELECT kb.register_model('m', 3, 'test')")
+    model_index = conn.execute(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = 'kb' AND indexname LIKE 'embeddings_hnsw_model_%'"
+    ).fetchone()
+    assert model_index is not None
+    assert "hnsw" in model_index[0] and "vector_cosine_ops" in model_index[0]
+    assert "(embedding)::vector(3)" in model_index[0] and "WHERE (model_id = " in model_index[0]
