@@ -231,6 +231,10 @@ def quickstart(app: App) -> None:
         click.echo(f"{key:>18}: {value}")
 
 
+# --- commands defined in their own modules (loader/commands/), one line each ----------------
+# (each module imports only click at the top, so `pgkb --help` stays instant)
+
+
 def main() -> None:  # pragma: no cover - console script entry point
     cli(prog_name="pgkb")
 
