@@ -50,5 +50,7 @@ def run_migrations_online() -> None:
 
 
 if context.is_offline_mode():
-    raise SystemExit("pgkb migrations need a live database (offline SQL generation is not supported)")
+    raise SystemExit(
+        "pgkb migrations need a live database (offline SQL generation is not supported)"
+    )
 run_migrations_online()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -52,9 +51,7 @@ def setting_option(name: str, *param_decls: str, **kwargs: Any) -> Callable[[F],
     """
     decls = param_decls or (f"--{name.replace('_', '-')}",)
     kwargs.setdefault("default", None)
-    return click.option(
-        *decls, name, envvar=ENV_PREFIX + name.upper(), show_envvar=True, **kwargs
-    )
+    return click.option(*decls, name, envvar=ENV_PREFIX + name.upper(), show_envvar=True, **kwargs)
 
 
 def emit_json(data: Any) -> None:
@@ -81,7 +78,9 @@ class PgkbGroup(click.Group):
             if not isinstance(exc, psycopg.OperationalError):
                 raise
             click.secho(f"Error: the database connection failed: {exc}", fg="red", err=True)
-            click.echo("  hint: check that the server is running; `pgkb db url` shows which", err=True)
+            click.echo(
+                "  hint: check that the server is running; `pgkb db url` shows which", err=True
+            )
             ctx.exit(2)
 
 
@@ -240,4 +239,4 @@ def main() -> None:  # pragma: no cover - console script entry point
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

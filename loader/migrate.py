@@ -35,7 +35,8 @@ def _preflight(url: str) -> None:
             raise DatabaseError(
                 f"the server at {redact(url)} (PostgreSQL {version[0] if version else '?'}) "
                 "has no pgvector extension available",
-                hint="install pgvector on that server (https://github.com/pgvector/pgvector#installation) "
+                hint="install pgvector on that server "
+                "(https://github.com/pgvector/pgvector#installation) "
                 "or unset PGKB_DATABASE_URL to use pgkb's embedded server, which has it",
             )
         revision = current_revision(conn)

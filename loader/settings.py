@@ -156,7 +156,9 @@ def _coerce(name: str, raw: Any, source: str) -> Any:
         raise ConfigError(f"{source}: invalid value {raw!r} for {name}: {exc}") from None
 
 
-def _find_config_file(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path | None:
+def _find_config_file(
+    explicit: str | os.PathLike[str] | None, env: Mapping[str, str]
+) -> Path | None:
     if explicit:
         path = Path(explicit).expanduser()
         if not path.is_file():

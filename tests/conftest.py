@@ -177,3 +177,4 @@ def _no_user_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
 
 
+pytest_plugins = ["tests.fake_openai"]

@@ -129,7 +129,8 @@ def test_schema_has_the_promised_indexes(conn: psycopg.Connection[Any]) -> None:
     assert "USING gin (tsv)" in indexes["chunks_tsv_idx"]
     conn.execute("SELECT kb.register_model('m', 3, 'test')")
     model_index = conn.execute(
-        "SELECT indexdef FROM pg_indexes WHERE schemaname = 'kb' AND indexname LIKE 'embeddings_hnsw_model_%'"
+        "SELECT indexdef FROM pg_indexes "
+        "WHERE schemaname = 'kb' AND indexname LIKE 'embeddings_hnsw_model_%'"
     ).fetchone()
     assert model_index is not None
     assert "hnsw" in model_index[0] and "vector_cosine_ops" in model_index[0]

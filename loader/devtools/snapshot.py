@@ -5,7 +5,8 @@
 with ``ast``, never imported) and writes a new revision carrying the functions that changed
 (``FUNCTIONS``) and the texts they replace (``PREVIOUS``, for downgrade). A removed file becomes
 ``None`` (drop). ``--amend`` rewrites the functions block of the newest revision instead, which is
-only allowed while that revision has not landed (it is not listed in ``alembic/versions/frozen.txt``).
+only allowed while that revision has not landed (it is not listed in
+``alembic/versions/frozen.txt``).
 """
 
 from __future__ import annotations
@@ -90,7 +91,9 @@ def embedded_state(chain: list[Migration]) -> dict[str, str]:
     return state
 
 
-def diff(old: dict[str, str], new: dict[str, str]) -> tuple[dict[str, str | None], dict[str, str | None]]:
+def diff(
+    old: dict[str, str], new: dict[str, str]
+) -> tuple[dict[str, str | None], dict[str, str | None]]:
     functions: dict[str, str | None] = {}
     previous: dict[str, str | None] = {}
     for name in sorted(set(old) | set(new)):
@@ -161,9 +164,13 @@ def downgrade() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-m", "--message", default="update SQL functions")
-    parser.add_argument("--amend", action="store_true", help="rewrite the newest (unlanded) revision")
+    parser.add_argument(
+        "--amend", action="store_true", help="rewrite the newest (unlanded) revision"
+    )
     args = parser.parse_args(argv)
 
     versions_dir = resources.alembic_dir() / "versions"
@@ -172,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.amend:
         target = chain[-1]
         if target.path.name in frozen_hashes(versions_dir):
-            print(f"{target.path.name} has landed (frozen.txt); make a new revision", file=sys.stderr)
+            print(
+                f"{target.path.name} has landed (frozen.txt); make a new revision", file=sys.stderr
+            )
             return 1
         functions, previous = diff(embedded_state(chain[:-1]), current)
         text = target.path.read_text(encoding="utf-8")

@@ -1,0 +1,1 @@
+"""Retrieval evaluation: metrics, question sets, BEIR datasets, abstention calibration."""
