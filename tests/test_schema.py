@@ -1,0 +1,95 @@
+"""Schema invariants: one vector space per model, keyword statistics kept by the trigger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from pgvector import Vector
+
+CORPUS = "SELECT chunk_count, total_length FROM kb.corpus_stats"
+
+
+def _document(conn: psycopg.Connection[Any], uri: str) -> str:
+    row = conn.execute(
+        "INSERT INTO kb.documents (source_uri, title, content_sha) "
+        "VALUES (%s, %s, 'x') RETURNING id",
+        (uri, uri),
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _chunk(conn: psycopg.Connection[Any], doc: str, index: int, content: str) -> int:
+    row = conn.execute(
+        "INSERT INTO kb.chunks (document_id, chunk_index, content, content_sha, token_count) "
+        "VALUES (%s, %s, %s, md5(%s), 1) RETURNING id",
+        (doc, index, content, content),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_embedding_of_the_wrong_dimension_is_refused(conn: psycopg.Connection[Any]) -> None:
+    model = conn.execute("SELECT kb.register_model('m3', 3, 'test')").fetchone()
+    assert model is not None
+    chunk = _chunk(conn, _document(conn, "a"), 0, "text")
+    conn.execute(
+        "INSERT INTO kb.embeddings VALUES (%s, %s, %s)", (chunk, model[0], Vector([1, 0, 0]))
+    )
+    with pytest.raises(psycopg.errors.DataException, match="has 2 dimensions, but model m3"):
+        conn.execute(
+            "INSERT INTO kb.embeddings VALUES (%s, %s, %s)", (chunk, model[0], Vector([1, 0]))
+        )
+
+
+def test_register_model_is_idempotent_and_first_is_active(conn: psycopg.Connection[Any]) -> None:
+    first = conn.execute("SELECT kb.register_model('a', 3, 'p')").fetchone()
+    again = conn.execute("SELECT kb.register_model('a', 3, 'p')").fetchone()
+    second = conn.execute("SELECT kb.register_model('b', 4, 'p')").fetchone()
+    assert first == again and second != first
+    assert conn.execute("SELECT name FROM kb.active_model()").fetchone() == ("a",)
+    conn.execute("SELECT kb.activate_model('b', 4)")
+    assert conn.execute("SELECT name, dims FROM kb.active_model()").fetchone() == ("b", 4)
+    with pytest.raises(psycopg.errors.NoDataFound, match="not registered"):
+        conn.execute("SELECT kb.activate_model('c', 4)")
+
+
+def test_term_statistics_follow_inserts_and_deletes(conn: psycopg.Connection[Any]) -> None:
+    doc = _document(conn, "d")
+    _chunk(conn, doc, 0, "vacuum reclaims storage")
+    _chunk(conn, doc, 1, "vacuum vacuum analyze")
+    df = dict(conn.execute("SELECT lexeme, df FROM kb.term_stats").fetchall())
+    assert df["vacuum"] == 2 and df["analyz"] == 1 and df["reclaim"] == 1
+    stats = conn.execute(CORPUS).fetchone()
+    assert stats == (2, 6)
+    conn.execute("DELETE FROM kb.chunks WHERE chunk_index = 0")
+    df = dict(conn.execute("SELECT lexeme, df FROM kb.term_stats").fetchall())
+    assert df == {"vacuum": 1, "analyz": 1}
+    assert conn.execute("SELECT chunk_count, total_length FROM kb.corpus_stats").fetchone() == (
+        1,
+        3,
+    )
+    conn.execute("DELETE FROM kb.documents")  # cascades to chunks, and the trigger follows
+    assert conn.execute("SELECT count(*) FROM kb.term_stats").fetchone() == (0,)
+    assert conn.execute("SELECT chunk_count, total_length FROM kb.corpus_stats").fetchone() == (
+        0,
+        0,
+    )
+
+
+def test_relations_have_no_self_loops_and_one_edge_per_type(conn: psycopg.Connection[Any]) -> None:
+    a, b = _document(conn, "a"), _document(conn, "b")
+    insert = (
+        "INSERT INTO kb.document_relations (source_id, target_id, relation_type) "
+        "VALUES (%s, %s, %s)"
+    )
+    conn.execute(insert, (a, b, "references"))
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute(insert, (a, a, "references"))
+    conn.rollback()
+    a, b = _document(conn, "a"), _document(conn, "b")
+    conn.execute(insert, (a, b, "references"))
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        conn.execute(insert, (a, b, "references"))

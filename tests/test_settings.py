@@ -1,0 +1,58 @@
+"""One settings object: defaults < config file < environment < options, with clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loader.errors import ConfigError
+from loader.settings import load_settings
+
+
+def test_defaults_match_the_spec() -> None:
+    s = load_settings(env={})
+    assert (s.vector_candidates, s.keyword_candidates, s.rrf_k, s.match_count) == (20, 20, 60, 5)
+    assert s.embedding_provider == "local"
+    assert s.embedding_dims == 384
+    assert s.database_url is None
+
+
+def test_precedence_file_env_override(tmp_path: Path) -> None:
+    config = tmp_path / "pgkb.toml"
+    config.write_text("rrf_k = 10\nmatch_count = 7\nchunk_tokens = 150\n")
+    s = load_settings(config, env={"PGKB_RRF_K": "20", "PGKB_MATCH_COUNT": "8"}, match_count=9)
+    assert s.chunk_tokens == 150  # file
+    assert s.rrf_k == 20  # environment beats file
+    assert s.match_count == 9  # option beats environment
+
+
+def test_config_file_found_in_working_directory(tmp_path: Path) -> None:
+    (tmp_path / "pgkb.toml").write_text('embedding_model = "other"\nembedding_dims = 8\n')
+    s = load_settings(env={})
+    assert (s.embedding_model, s.embedding_dims) == ("other", 8)
+
+
+def test_pgkb_config_variable(tmp_path: Path) -> None:
+    path = tmp_path / "elsewhere.toml"
+    path.write_text("rrf_k = 5\n")
+    assert load_settings(env={"PGKB_CONFIG": str(path)}).rrf_k == 5
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(env={"PGKB_CONFIG": str(tmp_path / "missing.toml")})
+
+
+def test_bad_values_name_the_source_and_the_value(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"PGKB_RRF_K.*'sixty'.*rrf_k"):
+        load_settings(env={"PGKB_RRF_K": "sixty"})
+    with pytest.raises(ConfigError, match="embedding_provider"):
+        load_settings(env={"PGKB_EMBEDDING_PROVIDER": "magic"})
+    with pytest.raises(ConfigError, match="chunk_overlap"):
+        load_settings(env={"PGKB_CHUNK_OVERLAP": "500"})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("rrf_kk = 3\n")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) rrf_kk"):
+        load_settings(bad, env={})
+    broken = tmp_path / "broken.toml"
+    broken.write_text("rrf_k = = 3\n")
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_settings(broken, env={})
