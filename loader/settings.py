@@ -61,10 +61,21 @@ class Settings:
     embedding_batch_size: int = 64
     """Texts per embedding call (the OpenAI API accepts up to 2,048)."""
 
+    embedding_timeout: float = 60.0
+    """Seconds to wait for one embeddings API request before retrying it."""
+    embedding_max_retries: int = 5
+    """Retries (exponential backoff, honouring Retry-After) on 429, 5xx, timeouts, lost connections."""
+
     # --- chunking -----------------------------------------------------------------------------
     chunk_tokens: int = 200
     """Chunk size in tokens of the embedding model; must leave room for its special tokens."""
     chunk_overlap: int = 32
+    embed_heading_path: bool = True
+    """Give the model each chunk prefixed with its heading path (or title): the embedded text."""
+
+    # --- ingestion ----------------------------------------------------------------------------
+    max_file_mb: float = 50.0
+    """Files larger than this (in MB) are reported as failed, not read."""
 
     # --- retrieval ----------------------------------------------------------------------------
     vector_candidates: int = 20
@@ -75,6 +86,22 @@ class Settings:
     keyword_weight: float = 1.0
     min_similarity: float | None = None
     """Drop vector hits whose cosine similarity is below this."""
+
+    # --- answering (chat model) -----------------------------------------------------------------
+    chat_base_url: str | None = None
+    """Base URL of an OpenAI-compatible chat API; unset with a chat_model: OpenAI's own API."""
+    chat_model: str | None = None
+    """Chat model name; unset: ``pgkb ask`` returns the cited passages (extractive answer)."""
+    chat_api_key: str | None = None
+    """API key for the chat endpoint (required by OpenAI; local servers ignore it)."""
+    chat_timeout: float = 60.0
+    """Seconds to wait for one chat request before it counts as failed."""
+    chat_max_retries: int = 2
+    """Retries (with backoff, honouring Retry-After) on 429, 5xx, timeouts, lost connections."""
+    chat_context_tokens: int = 8192
+    """The chat model's context window in tokens; bounds the prompt and the agent's reading."""
+    agent_max_steps: int = 4
+    """Model calls the reader agent (``pgkb ask --agent``) may make per question."""
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied (``None`` values are ignored)."""
@@ -98,6 +125,28 @@ class Settings:
         for name in ("vector_candidates", "keyword_candidates", "rrf_k", "match_count"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.chat_timeout <= 0:
+            problems.append(f"chat_timeout must be positive, got {self.chat_timeout}")
+        if self.chat_max_retries < 0:
+            problems.append(f"chat_max_retries must be >= 0, got {self.chat_max_retries}")
+        if self.chat_context_tokens < 1024:
+            problems.append(
+                f"chat_context_tokens must be at least 1024, got {self.chat_context_tokens}"
+            )
+        if not 1 <= self.agent_max_steps <= 20:
+            problems.append(f"agent_max_steps must be between 1 and 20, got {self.agent_max_steps}")
+        if self.embedding_batch_size < 1:
+            problems.append(
+                f"embedding_batch_size must be at least 1, got {self.embedding_batch_size}"
+            )
+        if self.embedding_max_retries < 0:
+            problems.append(
+                f"embedding_max_retries must be >= 0, got {self.embedding_max_retries}"
+            )
+        if self.embedding_timeout <= 0:
+            problems.append(f"embedding_timeout must be positive, got {self.embedding_timeout}")
+        if self.max_file_mb <= 0:
+            problems.append(f"max_file_mb must be positive, got {self.max_file_mb}")
         if self.embedding_provider not in ("local", "openai"):
             problems.append(
                 f"embedding_provider must be 'local' or 'openai', got {self.embedding_provider!r}"
