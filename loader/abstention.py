@@ -1,0 +1,370 @@
+"""The abstention gate: decide, from retrieval signals alone, that the corpus cannot answer.
+
+pgkb says "I don't know" before calling any model when retrieval looks like it found nothing
+that answers the question. The best cosine similarity alone cannot tell (questions the corpus
+cannot answer share its vocabulary and score as high), so the gate looks at several signals of
+one query (see :func:`compute_signals`):
+
+``unknown_terms``
+    query words (lexemes of ``to_tsvector('english', query)``) that occur in no chunk of the
+    corpus (``kb.term_stats``).
+``unknown_names``
+    of those, the ones that look like names or identifiers in the question (a capital letter
+    inside the word or after its first word, a digit, an underscore, a dot, ...): "MySQL",
+    "pg_cron", "Patroni". A product or feature the corpus never mentions is a strong sign.
+``coverage``
+    the largest share, over the retrieved chunks, of the query's IDF weight that one chunk
+    contains (1.0: some hit contains every query lexeme; rare lexemes weigh most).
+``top_similarity``
+    the best cosine similarity among the hits (vector leg).
+``leg_overlap``
+    how many of the hits were found by both the vector and the keyword leg.
+``keyword_hits``
+    how many hits the keyword leg found at all.
+``score_gap``
+    (best fused score - fifth fused score) / best fused score.
+
+A :class:`AbstentionRule` is a disjunction of clauses; each clause is a conjunction of
+threshold tests on those signals (``{"signal": "coverage", "op": "<", "value": 0.6}``). The
+gate abstains when any clause holds. ``pgkb eval --calibrate`` derives the rule from the
+evaluation questions (:mod:`loader.evaluation.calibrate`) and stores it in ``kb.settings``
+under the key ``abstention``; the ``abstention_rule`` setting (JSON) overrides it, and
+``abstention = false`` turns the gate off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import psycopg
+
+from loader.errors import ConfigError
+from loader.settings import Settings
+
+SETTINGS_KEY = "abstention"
+
+SIGNALS = (
+    "unknown_terms",
+    "unknown_names",
+    "coverage",
+    "top_similarity",
+    "leg_overlap",
+    "keyword_hits",
+    "score_gap",
+)
+OPS = ("<", "<=", ">", ">=")
+
+
+class HitLike(Protocol):
+    """What the gate reads from a search hit (``loader.search.SearchHit`` has these)."""
+
+    @property
+    def chunk_id(self) -> int: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """``signal op value``, e.g. ``coverage < 0.6``."""
+
+    signal: str
+    op: str
+    value: float
+
+    def holds(self, signals: Mapping[str, float | None]) -> bool:
+        observed = signals.get(self.signal)
+        if observed is None:
+            return False
+        if self.op == "<":
+            return observed < self.value
+        if self.op == "<=":
+            return observed <= self.value
+        if self.op == ">":
+            return observed > self.value
+        return observed >= self.value
+
+    def describe(self) -> str:
+        return f"{self.signal} {self.op} {self.value:g}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signal": self.signal, "op": self.op, "value": self.value}
+
+
+@dataclasses.dataclass(frozen=True)
+class AbstentionRule:
+    """Abstain when any clause holds; a clause holds when all its conditions hold."""
+
+    clauses: tuple[tuple[Condition, ...], ...]
+    source: str = "default"
+    """Where the rule came from: ``default``, ``calibrated`` (kb.settings) or ``setting``."""
+    calibration: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """What the calibration measured (questions, rates), stored beside the rule."""
+
+    def matching_clause(self, signals: Mapping[str, float | None]) -> tuple[Condition, ...] | None:
+        for clause in self.clauses:
+            if clause and all(c.holds(signals) for c in clause):
+                return clause
+        return None
+
+    def describe(self) -> str:
+        if not self.clauses:
+            return "never abstain"
+        return " OR ".join(
+            "(" + " AND ".join(c.describe() for c in clause) + ")" for clause in self.clauses
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clauses": [[c.to_json() for c in clause] for clause in self.clauses],
+            "calibration": dict(self.calibration),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, *, source: str) -> AbstentionRule:
+        """Parse a stored or configured rule, with an error naming what is wrong."""
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"abstention rule ({source}) is not valid JSON: {exc}") from None
+        if isinstance(data, list):
+            data = {"clauses": data}
+        if not isinstance(data, dict) or not isinstance(data.get("clauses"), list):
+            raise ConfigError(
+                f"abstention rule ({source}) must be an object with a 'clauses' list",
+                hint='e.g. {"clauses": [[{"signal": "unknown_names", "op": ">=", "value": 1}]]}',
+            )
+        clauses: list[tuple[Condition, ...]] = []
+        for clause in data["clauses"]:
+            if not isinstance(clause, list):
+                raise ConfigError(f"abstention rule ({source}): each clause must be a list")
+            conditions = []
+            for item in clause:
+                if not isinstance(item, dict):
+                    raise ConfigError(f"abstention rule ({source}): bad condition {item!r}")
+                signal, op, value = item.get("signal"), item.get("op"), item.get("value")
+                if signal not in SIGNALS:
+                    raise ConfigError(
+                        f"abstention rule ({source}): unknown signal {signal!r}",
+                        hint=f"signals: {', '.join(SIGNALS)}",
+                    )
+                if op not in OPS:
+                    raise ConfigError(
+                        f"abstention rule ({source}): unknown operator {op!r}",
+                        hint=f"operators: {' '.join(OPS)}",
+                    )
+                if not isinstance(value, int | float) or isinstance(value, bool):
+                    raise ConfigError(
+                        f"abstention rule ({source}): value of {signal} must be a number"
+                    )
+                conditions.append(Condition(str(signal), str(op), float(value)))
+            clauses.append(tuple(conditions))
+        calibration = data.get("calibration") or {}
+        return cls(tuple(clauses), source=source, calibration=calibration)
+
+
+# Used until `pgkb eval --calibrate` stores a rule: the rule calibrated on eval/questions.json
+# over the bundled sample corpus (see README, "Abstention").
+DEFAULT_RULE = AbstentionRule(
+    clauses=((Condition("unknown_names", ">=", 1.0),), (Condition("coverage", "<", 0.5),)),
+    source="default",
+)
+
+
+@dataclasses.dataclass
+class AbstentionDecision:
+    """The gate's verdict on one query: abstain or not, why, and the signals it saw."""
+
+    abstain: bool
+    reason: str
+    signals: dict[str, Any]
+
+
+# --- signals ------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.$+-]*[A-Za-z0-9+]|[A-Za-z0-9]")
+
+
+def _name_like_words(query_text: str) -> list[str]:
+    """Words of the question that look like names or identifiers (not plain English words)."""
+    names = []
+    sentence_start = True
+    for match in re.finditer(r"\S+", query_text):
+        raw = match.group(0)
+        word_match = _WORD.search(raw)
+        if word_match is None:
+            continue
+        word = word_match.group(0)
+        looks_named = (
+            any(ch.isdigit() for ch in word)
+            or "_" in word
+            or "." in word.strip(".")
+            or any(ch.isupper() for ch in word[1:])
+            or (word[0].isupper() and not sentence_start)
+        )
+        if looks_named and len(word) > 1 and any(ch.isalpha() for ch in word):
+            names.append(word)
+        sentence_start = raw.endswith((".", "?", "!", ":"))
+    return names
+
+
+_TERMS_SQL = """
+WITH q AS (
+    SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %(query)s))
+), n AS (
+    SELECT greatest(chunk_count, 1)::float8 AS n FROM kb.corpus_stats
+)
+SELECT q.lexeme, coalesce(t.df, 0) AS df,
+       ln(1 + (n.n - coalesce(t.df, 0) + 0.5) / (coalesce(t.df, 0) + 0.5)) AS idf
+  FROM q CROSS JOIN n LEFT JOIN kb.term_stats t USING (lexeme)
+ ORDER BY q.lexeme
+"""
+
+_NAME_LEXEMES_SQL = """
+SELECT w.word, array_agg(l.lexeme) FILTER (WHERE l.lexeme IS NOT NULL)
+  FROM unnest(%(words)s::text[]) AS w(word)
+  LEFT JOIN LATERAL unnest(to_tsvector('english', w.word)) AS l ON true
+ GROUP BY w.word
+"""
+
+_CHUNK_LEXEMES_SQL = """
+SELECT c.id,
+       array(SELECT unnest(tsvector_to_array(c.tsv))
+             INTERSECT SELECT unnest(%(lexemes)s::text[]))
+  FROM kb.chunks c
+ WHERE c.id = ANY(%(ids)s)
+"""
+
+
+def _attr(hit: Any, name: str) -> Any:
+    if isinstance(hit, Mapping):
+        return hit.get(name)
+    return getattr(hit, name, None)
+
+
+def compute_signals(
+    conn: psycopg.Connection[Any], query_text: str, hits: Sequence[Any]
+) -> dict[str, Any]:
+    """The retrieval signals of one query and its hits (best first), as plain numbers."""
+    terms = conn.execute(_TERMS_SQL, {"query": query_text}).fetchall()
+    idf = {str(lexeme): float(weight) for lexeme, _df, weight in terms}
+    unknown = sorted(str(lexeme) for lexeme, df, _ in terms if df == 0)
+
+    names = _name_like_words(query_text)
+    unknown_names: list[str] = []
+    if names:
+        rows = conn.execute(_NAME_LEXEMES_SQL, {"words": names}).fetchall()
+        unknown_set = set(unknown)
+        for word, lexemes in rows:
+            if lexemes and any(lex in unknown_set for lex in lexemes):
+                unknown_names.append(str(word))
+        unknown_names.sort()
+
+    chunk_ids = [int(_attr(h, "chunk_id")) for h in hits if _attr(h, "chunk_id") is not None]
+    total = sum(idf.values())
+    coverage = 0.0
+    if chunk_ids and total > 0:
+        rows = conn.execute(
+            _CHUNK_LEXEMES_SQL, {"ids": chunk_ids, "lexemes": sorted(idf)}
+        ).fetchall()
+        for _chunk_id, present in rows:
+            coverage = max(coverage, sum(idf[lex] for lex in present or ()) / total)
+
+    similarities = [
+        float(s) for s in (_attr(h, "vector_similarity") for h in hits) if s is not None
+    ]
+    scores = [float(s) for s in (_attr(h, "score") for h in hits) if s is not None]
+    keyword_hits = sum(1 for h in hits if _attr(h, "keyword_rank") is not None)
+    both = sum(
+        1
+        for h in hits
+        if _attr(h, "keyword_rank") is not None and _attr(h, "vector_rank") is not None
+    )
+    gap: float | None = None
+    if len(scores) >= 5 and scores[0] > 0:
+        gap = (scores[0] - scores[4]) / scores[0]
+    signals: dict[str, Any] = {
+        "unknown_terms": float(len(unknown)),
+        "unknown_names": float(len(unknown_names)),
+        "coverage": round(coverage, 6) if total > 0 else None,
+        "top_similarity": max(similarities) if similarities else None,
+        "leg_overlap": float(both),
+        "keyword_hits": float(keyword_hits),
+        "score_gap": gap,
+        "unknown_term_list": unknown,
+        "unknown_name_list": unknown_names,
+    }
+    for key, value in signals.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            signals[key] = None
+    return signals
+
+
+# --- the rule -----------------------------------------------------------------------------
+
+
+def load_rule(conn: psycopg.Connection[Any], settings: Settings) -> AbstentionRule:
+    """The rule in force: the ``abstention_rule`` setting, else kb.settings, else the default."""
+    configured = settings.abstention_rule
+    if configured:
+        return AbstentionRule.from_json(configured, source="setting abstention_rule")
+    row = conn.execute("SELECT value FROM kb.settings WHERE key = %s", (SETTINGS_KEY,)).fetchone()
+    if row is None:
+        return DEFAULT_RULE
+    return AbstentionRule.from_json(row[0], source="calibrated")
+
+
+def save_rule(conn: psycopg.Connection[Any], rule: AbstentionRule) -> None:
+    """Store ``rule`` in kb.settings (key ``abstention``); the caller commits."""
+    from psycopg.types.json import Jsonb
+
+    conn.execute(
+        "INSERT INTO kb.settings (key, value) VALUES (%s, %s) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()",
+        (SETTINGS_KEY, Jsonb(rule.to_json())),
+    )
+
+
+def apply_rule(rule: AbstentionRule, signals: dict[str, Any]) -> AbstentionDecision:
+    """The verdict of ``rule`` on already computed ``signals``."""
+    clause = rule.matching_clause(signals)
+    if clause is None:
+        return AbstentionDecision(False, "retrieval signals look answerable", signals)
+    reason = " and ".join(_explain(c, signals) for c in clause)
+    return AbstentionDecision(True, reason, signals)
+
+
+def _explain(condition: Condition, signals: Mapping[str, Any]) -> str:
+    if condition.signal == "unknown_names" and signals.get("unknown_name_list"):
+        return "the corpus never mentions " + ", ".join(signals["unknown_name_list"])
+    if condition.signal == "unknown_terms" and signals.get("unknown_term_list"):
+        return "the corpus has no word " + ", ".join(signals["unknown_term_list"])
+    observed = signals.get(condition.signal)
+    shown = f"{observed:.3f}" if isinstance(observed, float) else str(observed)
+    return f"{condition.signal} = {shown} ({condition.describe()})"
+
+
+def decide(
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    query_text: str,
+    hits: Sequence[Any],
+    *,
+    rule: AbstentionRule | None = None,
+) -> AbstentionDecision:
+    """Should pgkb abstain on ``query_text``, given its retrieved ``hits`` (best first)?
+
+    ``hits`` are search hits (``loader.search.SearchHit`` or mappings) with ``chunk_id``,
+    ``score``, ``vector_similarity``, ``vector_rank`` and ``keyword_rank``; pass the hybrid
+    hits the answer would be built from. No hits at all always abstains.
+    """
+    if not settings.abstention:
+        return AbstentionDecision(False, "the abstention gate is off (abstention = false)", {})
+    signals = compute_signals(conn, query_text, hits)
+    if not hits:
+        return AbstentionDecision(True, "retrieval found nothing", signals)
+    return apply_rule(rule or load_rule(conn, settings), signals)

@@ -1,0 +1,147 @@
+"""The abstention gate on a tiny hand-made corpus in a real database (no model needed)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from loader.abstention import (
+    DEFAULT_RULE,
+    AbstentionRule,
+    Condition,
+    _name_like_words,
+    compute_signals,
+    decide,
+    load_rule,
+    save_rule,
+)
+from loader.errors import ConfigError
+from loader.settings import Settings
+
+CHUNKS = [
+    ("vacuum.html", "Routine Vacuuming", "VACUUM reclaims storage occupied by dead tuples."),
+    ("vacuum.html", "Autovacuum", "The autovacuum daemon automates VACUUM and ANALYZE commands."),
+    ("index.html", "CREATE INDEX", "CREATE INDEX constructs a B-tree index on a table column."),
+    ("copy.html", "COPY", "COPY moves data between tables and files in text or CSV format."),
+]
+
+
+def _load(conn: psycopg.Connection[Any]) -> list[int]:
+    ids = []
+    for i, (uri, heading, content) in enumerate(CHUNKS):
+        doc = conn.execute(
+            "INSERT INTO kb.documents (source_uri, title, content_sha) VALUES (%s, %s, 'x') "
+            "ON CONFLICT (source_uri) DO UPDATE SET title = excluded.title RETURNING id",
+            (uri, uri),
+        ).fetchone()
+        assert doc is not None
+        row = conn.execute(
+            "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha,"
+            " token_count) VALUES (%s, %s, %s, %s, 'x', 10) RETURNING id",
+            (doc[0], i, heading, content),
+        ).fetchone()
+        assert row is not None
+        ids.append(int(row[0]))
+    conn.commit()
+    return ids
+
+
+def _hit(chunk_id: int, score: float, sim: float | None, vrank: int | None, krank: int | None):
+    return {
+        "chunk_id": chunk_id,
+        "score": score,
+        "vector_similarity": sim,
+        "vector_rank": vrank,
+        "keyword_rank": krank,
+    }
+
+
+def test_name_like_words() -> None:
+    assert _name_like_words("How do I set up MySQL replication with pg_cron?") == [
+        "MySQL",
+        "pg_cron",
+    ]
+    assert _name_like_words("What does VACUUM FULL do? Does Oracle have it?") == [
+        "VACUUM",
+        "FULL",
+        "Oracle",
+    ]
+    assert _name_like_words("how big is a page") == []
+    assert _name_like_words("Is gzip level 9 slow in PostgreSQL 15.2?") == ["PostgreSQL"]
+
+
+def test_signals_see_unknown_names_and_coverage(conn: psycopg.Connection[Any]) -> None:
+    ids = _load(conn)
+    answerable = compute_signals(
+        conn,
+        "What does VACUUM reclaim from dead tuples?",
+        [_hit(ids[0], 0.03, 0.7, 1, 1), _hit(ids[1], 0.02, 0.5, 2, None)],
+    )
+    assert answerable["unknown_terms"] == 0
+    assert answerable["unknown_names"] == 0
+    assert answerable["coverage"] == pytest.approx(1.0)
+    assert answerable["top_similarity"] == pytest.approx(0.7)
+    assert answerable["leg_overlap"] == 1
+    assert answerable["keyword_hits"] == 1
+
+    unknown = compute_signals(
+        conn, "Does MongoDB vacuum dead tuples?", [_hit(ids[0], 0.03, 0.6, 1, None)]
+    )
+    assert unknown["unknown_name_list"] == ["MongoDB"]
+    assert unknown["unknown_terms"] == 1
+    assert 0 < unknown["coverage"] < 1
+
+
+def test_decide_applies_rule_and_explains(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    ids = _load(conn)
+    hits = [_hit(ids[2], 0.03, 0.6, 1, 1)]
+    rule = AbstentionRule(((Condition("unknown_names", ">=", 1),),))
+    yes = decide(
+        conn, settings, "Can CREATE INDEX build a Bloom filter in Cassandra?", hits, rule=rule
+    )
+    assert yes.abstain
+    assert "Cassandra" in yes.reason
+    no = decide(conn, settings, "How does CREATE INDEX build a B-tree?", hits, rule=rule)
+    assert not no.abstain
+    assert decide(conn, settings, "anything", [], rule=rule).abstain
+    off = decide(conn, settings.replace(abstention=False), "Cassandra?", hits, rule=rule)
+    assert not off.abstain
+
+
+def test_rule_round_trips_through_kb_settings(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    assert load_rule(conn, settings) == DEFAULT_RULE
+    rule = AbstentionRule(
+        ((Condition("coverage", "<", 0.4), Condition("top_similarity", "<", 0.5)),),
+        calibration={"questions": 3},
+    )
+    save_rule(conn, rule)
+    conn.commit()
+    stored = load_rule(conn, settings)
+    assert stored.clauses == rule.clauses
+    assert stored.source == "calibrated"
+    assert stored.calibration == {"questions": 3}
+    override = json.dumps([[{"signal": "keyword_hits", "op": "<", "value": 1}]])
+    from_setting = load_rule(conn, settings.replace(abstention_rule=override))
+    assert from_setting.describe() == "(keyword_hits < 1)"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not json",
+        '{"clauses": "x"}',
+        '[[{"signal": "nope", "op": "<", "value": 1}]]',
+        '[[{"signal": "coverage", "op": "!=", "value": 1}]]',
+        '[[{"signal": "coverage", "op": "<", "value": "high"}]]',
+    ],
+)
+def test_bad_rule_is_a_clear_config_error(bad: str) -> None:
+    with pytest.raises(ConfigError, match="abstention rule"):
+        AbstentionRule.from_json(bad, source="test")
