@@ -87,6 +87,12 @@ class Settings:
     min_similarity: float | None = None
     """Drop vector hits whose cosine similarity is below this."""
 
+    # --- abstention gate (loader/abstention.py) -------------------------------------------------
+    abstention: bool = True
+    """Abstain ("I don't know") before any model call when retrieval signals say so."""
+    abstention_rule: str | None = None
+    """JSON rule overriding the one `pgkb eval --calibrate` stored in kb.settings."""
+
     # --- answering (chat model) -----------------------------------------------------------------
     chat_base_url: str | None = None
     """Base URL of an OpenAI-compatible chat API; unset with a chat_model: OpenAI's own API."""
