@@ -86,6 +86,8 @@ class Settings:
     keyword_weight: float = 1.0
     min_similarity: float | None = None
     """Drop vector hits whose cosine similarity is below this."""
+    keyword_ranking: Literal["bm25", "ts_rank"] = "bm25"
+    """How the keyword leg ranks its matches: ``bm25`` (IDF, length-normalised) or ``ts_rank``."""
 
     # --- abstention gate (loader/abstention.py) -------------------------------------------------
     abstention: bool = True

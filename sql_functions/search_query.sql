@@ -1,0 +1,56 @@
+-- kb.search_query(query_text text) -> (strict_query tsquery, any_query tsquery, lexemes text[], excluded tsquery)
+--
+-- Parses a user's search text once, for kb.keyword_search. Never raises, whatever the text:
+--   strict_query  websearch_to_tsquery('english', text): "quoted phrases" as phrases, -word as
+--                 NOT, 'or' as OR, every other word ANDed (NULL when it has no lexeme);
+--   any_query     the OR of the text's positive lexemes (natural-language questions rarely
+--                 contain every one of their words), NULL when there is none;
+--   lexemes       those lexemes, distinct, in order of first appearance, at most 64;
+--   excluded      the OR of the lexemes the text negates with -word (NULL when none).
+-- The text is cut to its first 20,000 characters (a query is not a document).
+CREATE OR REPLACE FUNCTION kb.search_query(
+    query_text text,
+    OUT strict_query tsquery,
+    OUT any_query tsquery,
+    OUT lexemes text[],
+    OUT excluded tsquery)
+LANGUAGE plpgsql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = kb, public, pg_temp
+SET client_min_messages = warning
+AS $$
+DECLARE
+    negated text[];
+BEGIN
+    strict_query := websearch_to_tsquery('english'::regconfig, left(coalesce(query_text, ''), 20000));
+    IF strict_query IS NULL OR numnode(strict_query) = 0 THEN
+        strict_query := NULL;
+        RETURN;
+    END IF;
+    -- the lexemes of the parsed query, each marked when preceded by the NOT operator
+    SELECT array_agg(t.lexeme ORDER BY t.first_seen) FILTER (WHERE NOT t.is_negated),
+           array_agg(t.lexeme ORDER BY t.first_seen) FILTER (WHERE t.is_negated)
+      INTO lexemes, negated
+      FROM (SELECT replace(m.parts[2], '''''', '''') AS lexeme,
+                   bool_and(m.parts[1] = '!') AS is_negated,
+                   min(m.n) AS first_seen
+              FROM regexp_matches(strict_query::text, '(!?)''((?:[^'']|'''')+)''', 'g')
+                   WITH ORDINALITY AS m(parts, n)
+             GROUP BY 1) t;
+    lexemes := lexemes[1:64];
+    IF lexemes IS NOT NULL THEN
+        any_query := (SELECT string_agg(
+                                 '''' || replace(replace(l, '\', '\\'), '''', '''''') || '''', ' | ')
+                        FROM unnest(lexemes) AS l)::tsquery;
+    END IF;
+    IF negated IS NOT NULL THEN
+        excluded := (SELECT string_agg(
+                                '''' || replace(replace(l, '\', '\\'), '''', '''''') || '''', ' | ')
+                       FROM unnest(negated) AS l)::tsquery;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION kb.search_query(text) IS
+'Parses search text (never raises): websearch_to_tsquery strict query, OR-of-lexemes query, the positive lexemes (max 64) and the negated ones.';
