@@ -288,6 +288,7 @@ def compute_signals(
     if len(scores) >= 5 and scores[0] > 0:
         gap = (scores[0] - scores[4]) / scores[0]
     signals: dict[str, Any] = {
+        "hits": float(len(hits)),
         "unknown_terms": float(len(unknown)),
         "unknown_names": float(len(unknown_names)),
         "coverage": round(coverage, 6) if total > 0 else None,

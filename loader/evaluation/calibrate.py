@@ -1,0 +1,176 @@
+"""Deriving the abstention rule from labelled questions (``pgkb eval --calibrate``).
+
+Input: the retrieval signals of every question (:func:`loader.abstention.compute_signals`) and
+whether the corpus can answer it. Output: an :class:`~loader.abstention.AbstentionRule`, a
+disjunction of at most ``max_clauses`` clauses of one or two threshold tests, learnt greedily:
+
+1. candidate tests: for every signal, a threshold halfway between each two neighbouring
+   observed values, in the direction that points at "unanswerable" (few hits covered, low
+   similarity, unknown names present, ...);
+2. candidate clauses: every test alone and every pair of tests on different signals;
+3. repeatedly add the clause that flags the most not-yet-flagged unanswerable questions while
+   the rule as a whole wrongly flags at most ``max_false_positive_rate`` of the answerable ones;
+   ties go to fewer tests, fewer false flags, then the widest margin around the threshold. A
+   clause must add at least ``min_new`` unanswerable questions (10% of them, at least one), so
+   the rule does not grow a clause per outlier.
+
+With a handful of unanswerable questions any learnt rule can overfit: check it on held-out
+questions (``pgkb eval --calibrate --holdout FILE``) before trusting the figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from loader.abstention import AbstentionRule, Condition
+
+# For each signal: the operator that points at "unanswerable".
+DIRECTIONS: dict[str, str] = {
+    "unknown_names": ">=",
+    "unknown_terms": ">=",
+    "coverage": "<",
+    "top_similarity": "<",
+    "leg_overlap": "<",
+    "keyword_hits": "<",
+    "score_gap": "<",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    id: str
+    signals: Mapping[str, Any]
+    unanswerable: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+    conditions: tuple[Condition, ...]
+    mask: int
+    margin: float
+
+
+def _thresholds(values: Sequence[float], op: str) -> list[tuple[float, float]]:
+    """(threshold, margin) pairs: midpoints between neighbouring distinct values."""
+    distinct = sorted(set(values))
+    if len(distinct) < 2:
+        return []
+    spread = (distinct[-1] - distinct[0]) or 1.0
+    out = []
+    for low, high in itertools.pairwise(distinct):
+        if op == ">=":
+            # integer-valued counts: "x >= high" separates high from low
+            out.append((high, (high - low) / spread))
+        else:
+            out.append(((low + high) / 2, (high - low) / spread))
+    return out
+
+
+def candidate_conditions(samples: Sequence[Sample]) -> list[tuple[Condition, int, float]]:
+    """Every single test worth considering, with the bit mask of the samples it flags."""
+    out = []
+    for signal, op in DIRECTIONS.items():
+        values = [s.signals.get(signal) for s in samples]
+        numeric = [float(v) for v in values if v is not None]
+        for threshold, margin in _thresholds(numeric, op):
+            condition = Condition(signal, op, round(threshold, 4))
+            mask = 0
+            for i, sample in enumerate(samples):
+                if condition.holds(sample.signals):
+                    mask |= 1 << i
+            out.append((condition, mask, margin))
+    return out
+
+
+def calibrate(
+    samples: Sequence[Sample],
+    *,
+    max_false_positive_rate: float = 0.05,
+    max_clauses: int = 3,
+    min_new: int | None = None,
+) -> tuple[AbstentionRule, dict[str, Any]]:
+    """Learn the rule; returns it and what it achieves on ``samples``."""
+    positives = 0
+    negatives = 0
+    for i, sample in enumerate(samples):
+        if sample.unanswerable:
+            positives |= 1 << i
+        else:
+            negatives |= 1 << i
+    n_pos, n_neg = positives.bit_count(), negatives.bit_count()
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError("calibration needs both answerable and unanswerable questions")
+    allowed_fp = math.floor(max_false_positive_rate * n_neg + 1e-9)
+    need = min_new if min_new is not None else max(1, math.ceil(0.1 * n_pos))
+
+    singles = candidate_conditions(samples)
+    candidates = [_Candidate((c,), m, g) for c, m, g in singles]
+    for (c1, m1, g1), (c2, m2, g2) in itertools.combinations(singles, 2):
+        if c1.signal == c2.signal:
+            continue
+        mask = m1 & m2
+        if mask & positives:
+            candidates.append(_Candidate((c1, c2), mask, min(g1, g2)))
+
+    chosen: list[_Candidate] = []
+    flagged = 0
+    for _ in range(max_clauses):
+        best: tuple[Any, ...] | None = None
+        best_candidate: _Candidate | None = None
+        for cand in candidates:
+            union = flagged | cand.mask
+            false_flags = (union & negatives).bit_count()
+            if false_flags > allowed_fp:
+                continue
+            new_pos = (cand.mask & positives & ~flagged).bit_count()
+            if new_pos < need:
+                continue
+            key = (new_pos, -len(cand.conditions), -false_flags, cand.margin)
+            if best is None or key > best:
+                best, best_candidate = key, cand
+        if best_candidate is None:
+            break
+        chosen.append(best_candidate)
+        flagged |= best_candidate.mask
+
+    caught = (flagged & positives).bit_count()
+    wrong = (flagged & negatives).bit_count()
+    report = {
+        "questions": len(samples),
+        "unanswerable": n_pos,
+        "answerable": n_neg,
+        "max_false_positive_rate": max_false_positive_rate,
+        "unanswerable_flagged": round(caught / n_pos, 4),
+        "answerable_flagged": round(wrong / n_neg, 4),
+        "wrongly_flagged": [
+            s.id for i, s in enumerate(samples) if flagged >> i & 1 and not s.unanswerable
+        ],
+        "missed_unanswerable": [
+            s.id for i, s in enumerate(samples) if s.unanswerable and not flagged >> i & 1
+        ],
+    }
+    rule = AbstentionRule(
+        tuple(c.conditions for c in chosen), source="calibrated", calibration=report
+    )
+    return rule, report
+
+
+def rule_rates(rule: AbstentionRule, samples: Sequence[Sample]) -> dict[str, Any]:
+    """What ``rule`` does on ``samples`` (e.g. held-out questions)."""
+    unanswerable = [s for s in samples if s.unanswerable]
+    answerable = [s for s in samples if not s.unanswerable]
+    caught = [s.id for s in unanswerable if rule.matching_clause(s.signals) is not None]
+    wrong = [s.id for s in answerable if rule.matching_clause(s.signals) is not None]
+    return {
+        "questions": len(samples),
+        "unanswerable": len(unanswerable),
+        "answerable": len(answerable),
+        "unanswerable_flagged": round(len(caught) / len(unanswerable), 4) if unanswerable else None,
+        "answerable_flagged": round(len(wrong) / len(answerable), 4) if answerable else None,
+        "wrongly_flagged": wrong,
+        "missed_unanswerable": [s.id for s in unanswerable if s.id not in caught],
+    }
