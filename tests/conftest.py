@@ -178,3 +178,16 @@ def _no_user_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 pytest_plugins = ["tests.fake_openai"]
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Any:
+    """The real local embedding model (all-MiniLM-L6-v2), loaded once per session.
+
+    Tests that use it are marked ``@pytest.mark.model``.
+    """
+    from loader.embedding import get_embedder
+
+    model = get_embedder(Settings())  # the defaults: no config file, no environment
+    model.embed_query("warm up")  # load now, not inside the first test's timing
+    return model

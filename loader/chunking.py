@@ -1,0 +1,139 @@
+"""Chunking in tokens of the embedding model's own tokenizer.
+
+Each section (the text under one heading path) is split by semchunk
+(https://github.com/isaacus-dev/semchunk) at the most meaningful boundary that fits: runs of
+newlines (paragraphs) first, then sentence ends, clause separators, and words last; an optional
+overlap (in tokens) repeats the end of a chunk at the start of the next. Sections are never
+merged, so a chunk never straddles two headings and always knows its heading path.
+
+What the model reads (the *embedded text*) is the chunk prefixed with its context: the heading
+path, or the document title when the section has no heading (``embed_heading_path``; off: the
+chunk alone). Prefix and chunk together stay within ``chunk_tokens``: the chunk gets what the
+prefix leaves. ``content_sha`` is the sha256 of exactly the embedded text, so two chunks with the
+same ``content_sha`` have the same vector, and an unchanged chunk reuses its stored embedding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+
+from loader.embedding import Embedder, check_chunk_size, special_tokens
+from loader.extract import Section
+from loader.settings import Settings
+
+MIN_BODY_TOKENS = 16
+"""A chunk's own text keeps at least this many tokens; a longer heading prefix is shortened."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    index: int
+    heading_path: str
+    content: str
+    """The chunk's text as stored and shown (without the prefix)."""
+    embed_text: str
+    """Exactly what the embedding model reads (prefix + content)."""
+    content_sha: str
+    """sha256 (hex) of ``embed_text``."""
+    token_count: int
+    """Tokens of ``content`` in the model's tokenizer."""
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Chunker:
+    """Splits a document's sections into :class:`Chunk` s sized for ``embedder``."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        chunk_tokens: int,
+        chunk_overlap: int = 0,
+        *,
+        embed_heading_path: bool = True,
+    ) -> None:
+        self.embedder = embedder
+        self.chunk_tokens = chunk_tokens
+        self.chunk_overlap = chunk_overlap
+        self.embed_heading_path = embed_heading_path
+        self._count = embedder.count_tokens
+
+    @classmethod
+    def from_settings(cls, settings: Settings, embedder: Embedder) -> Chunker:
+        """A chunker for ``settings``; :class:`ConfigError` if chunks would not fit the model."""
+        check_chunk_size(settings, embedder)
+        return cls(
+            embedder,
+            settings.chunk_tokens,
+            settings.chunk_overlap,
+            embed_heading_path=settings.embed_heading_path,
+        )
+
+    def fingerprint(self) -> str:
+        """What, besides the source bytes, decides the chunks: a change re-chunks everything."""
+        return (
+            f"chunker=semchunk;tokens={self.chunk_tokens};overlap={self.chunk_overlap};"
+            f"prefix={int(self.embed_heading_path)};model={self.embedder.name}"
+        )
+
+    def _prefix(self, title: str, path: tuple[str, ...]) -> str:
+        if not self.embed_heading_path:
+            return ""
+        parts = list(path) if path else ([title] if title else [])
+        budget = max(0, self.chunk_tokens - MIN_BODY_TOKENS)
+        while len(parts) > 1 and self._count(" > ".join(parts)) + 2 > budget:
+            parts.pop(0)  # keep the innermost headings
+        prefix = " > ".join(parts)
+        if prefix and self._count(prefix) + 2 > budget:
+            words = prefix.split()
+            while words and self._count(" ".join(words)) + 2 > budget:
+                words.pop()
+            prefix = " ".join(words)
+        return prefix
+
+    def split(self, text: str, size: int) -> list[str]:
+        """``text`` in pieces of at most ``size`` tokens (semchunk, with the overlap)."""
+        from semchunk.semchunk import chunk as semchunk_chunk
+
+        overlap = min(self.chunk_overlap, size // 2) or None
+        pieces = semchunk_chunk(text, size, self._count, memoize=False, overlap=overlap)
+        assert isinstance(pieces, list)
+        return [p.strip() for p in pieces if isinstance(p, str) and p.strip()]
+
+    def chunk(self, title: str, sections: Sequence[Section]) -> list[Chunk]:
+        chunks: list[Chunk] = []
+        for section in sections:
+            text = section.text.strip()
+            if not text:
+                continue
+            heading = section.heading
+            prefix = self._prefix(title, section.heading_path)
+            prefix_tokens = self._count(prefix) + 2 if prefix else 0  # "\n\n" may cost tokens
+            size = max(MIN_BODY_TOKENS, self.chunk_tokens - prefix_tokens)
+            for piece in self.split(text, size):
+                embed_text = f"{prefix}\n\n{piece}" if prefix else piece
+                chunks.append(
+                    Chunk(
+                        index=len(chunks),
+                        heading_path=heading,
+                        content=piece,
+                        embed_text=embed_text,
+                        content_sha=sha256_text(embed_text),
+                        token_count=self._count(piece),
+                    )
+                )
+        self._check(chunks)
+        return chunks
+
+    def _check(self, chunks: list[Chunk]) -> None:
+        limit = self.embedder.max_input_tokens - special_tokens(self.embedder)
+        for chunk in chunks:
+            n = self._count(chunk.embed_text)
+            if n > limit:  # semchunk keeps pieces within size; this guards the arithmetic above
+                raise AssertionError(
+                    f"chunk {chunk.index} has {n} tokens, over the model's {limit}: a pgkb bug"
+                )
