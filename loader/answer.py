@@ -44,9 +44,9 @@ SYSTEM_RULES = f"""You answer questions using only the source chunks given in th
 
 Rules:
 1. Use only what the chunks say. Do not add facts from your own knowledge.
-2. Cite the sources you used by title, in square brackets, exactly as the title is written after
-"title:" (for example [{{title}}]), right after the statement each supports. Cite only titles
-that appear in the chunks.
+2. Cite the sources you used by title: the title in square brackets, exactly as it is written
+after "title:", right after the statement it supports, like this: [Title of the chunk]. Cite
+only titles that appear in the chunks.
 3. {RULE_IDK}
 4. {RULE_UNSUPPORTED}
 5. Be brief: answer the question, then stop."""
@@ -543,9 +543,8 @@ def search_passages(
 
 
 _NEIGHBOURS_SQL = """
-SELECT n.chunk_index, n.content
-  FROM kb.neighbor_chunks(%(chunk_id)s, %(before)s, %(after)s) AS n
- ORDER BY n.chunk_index
+SELECT m.chunk_start, m.chunk_end, m.content
+  FROM kb.merge_neighbors(%(chunk_id)s, %(before)s, %(after)s) AS m
 """
 
 
@@ -577,21 +576,16 @@ def expand_with_neighbours(
     expanded: list[Passage] = []
     for rank, passage in enumerate(passages):
         if rank < expand_top and passage.chunk_id is not None and used < budget_tokens:
-            rows = conn.execute(
+            row = conn.execute(
                 _NEIGHBOURS_SQL, {"chunk_id": passage.chunk_id, "before": 1, "after": 1}
-            ).fetchall()
-            if len(rows) > 1:
-                text = ""
-                for _index, content in rows:
-                    text = _join_overlapping(text, str(content)) if text else str(content)
+            ).fetchone()
+            if row is not None and row[0] != row[1]:
+                first, last, text = int(row[0]), int(row[1]), str(row[2])
                 extra = estimate_tokens(text) - estimate_tokens(passage.content)
                 if used + extra <= budget_tokens:
                     used += extra
                     passage = dataclasses.replace(
-                        passage,
-                        content=text,
-                        chunk_index=int(rows[0][0]),
-                        chunk_end=int(rows[-1][0]),
+                        passage, content=text, chunk_index=first, chunk_end=last
                     )
         expanded.append(passage)
     return _merge_same_document(expanded)
@@ -727,11 +721,18 @@ def default_gate(
     return decide(conn, settings, query_text, hits)
 
 
+MAX_CITED_PASSAGES_PER_TITLE = 3
+
+
 def cited_passages(passages: Sequence[Passage], titles: Sequence[str]) -> list[Passage]:
-    """The passages whose title was cited, in citation order, best score first within a title."""
+    """The passages of each cited title, in citation order: search hits by score, then chunks
+    read in order, at most :data:`MAX_CITED_PASSAGES_PER_TITLE` per title (a citation points at
+    evidence; it never carries a whole document)."""
     result: list[Passage] = []
     for title in titles:
-        result.extend(p for p in passages if p.title == title)
+        own = [p for p in passages if p.title == title]
+        own.sort(key=lambda p: (p.score is None, -(p.score or 0.0)))
+        result.extend(own[:MAX_CITED_PASSAGES_PER_TITLE])
     return result
 
 
@@ -820,7 +821,7 @@ def answer_question(
     budget = settings.chat_context_tokens - ANSWER_RESERVE_TOKENS - estimate_tokens(SYSTEM_RULES)
     budget -= estimate_tokens(truncate_question(question, settings.chat_context_tokens // 4))
     context = expand_with_neighbours(conn, passages, budget // 2)
-    context = _fit(context, budget)
+    context = fit_passages(context, budget)
 
     if client is None:
         return fallback_answer(
@@ -844,7 +845,7 @@ def answer_question(
     return checked_answer(conn, question, reply.content, checked, context, passages, steps=1)
 
 
-def _fit(passages: Sequence[Passage], budget: int) -> list[Passage]:
+def fit_passages(passages: Sequence[Passage], budget: int) -> list[Passage]:
     """The passages that fit ``budget`` tokens (the best one always, cut to fit if needed)."""
     kept: list[Passage] = []
     used = 0

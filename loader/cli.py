@@ -232,6 +232,9 @@ def quickstart(app: App) -> None:
 
 # --- commands defined in their own modules (loader/commands/), one line each ----------------
 # (each module imports only click at the top, so `pgkb --help` stays instant)
+from loader.commands.ask import ask  # noqa: E402
+
+cli.add_command(ask)
 
 
 def main() -> None:  # pragma: no cover - console script entry point

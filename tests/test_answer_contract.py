@@ -228,7 +228,7 @@ def test_client_reports_an_unreachable_server() -> None:
         chat_max_retries=0,
         chat_timeout=2,
     )
-    with pytest.raises(ChatError, match="cannot reach the chat model at http://127.0.0.1:9/v1"):
+    with pytest.raises(ChatError, match=r"cannot reach the chat model at http://127\.0\.0\.1:9/v1"):
         ChatClient(settings).complete([{"role": "user", "content": "hi"}])
 
 

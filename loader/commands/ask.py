@@ -1,0 +1,151 @@
+"""``pgkb ask``: an answer with citations, or "I don't know"."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from loader.cli import App
+
+# Options bound to settings, as loader.cli.setting_option makes them (not imported from there:
+# loader.cli imports this module, and the cycle would hide this command's type from mypy).
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _setting(name: str, **kwargs: Any) -> Callable[[F], F]:
+    return click.option(
+        f"--{name.replace('_', '-')}",
+        name,
+        envvar=f"PGKB_{name.upper()}",
+        show_envvar=True,
+        default=None,
+        **kwargs,
+    )
+
+
+@click.command()
+@click.argument("question", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--category", help="Only use documents of this category.")
+@click.option("--show-context", is_flag=True, help="Also print the passages given to the model.")
+@click.option(
+    "--agent",
+    is_flag=True,
+    help="Use the reader agent (searches and reads further, at most agent_max_steps calls).",
+)
+@_setting("chat_model", help="Chat model; unset: answer with the cited passages.")
+@_setting("chat_base_url", help="OpenAI-compatible chat API base URL.")
+@_setting("agent_max_steps", type=int, help="Model calls the reader agent may make.")
+@click.pass_obj
+def ask(
+    app: App,
+    question: tuple[str, ...],
+    as_json: bool,
+    category: str | None,
+    show_context: bool,
+    agent: bool,
+    chat_model: str | None,
+    chat_base_url: str | None,
+    agent_max_steps: int | None,
+) -> None:
+    """Answer QUESTION from the knowledge base, citing sources, or say "I don't know".
+
+    Retrieves the best passages (hybrid search), abstains before calling any model when
+    retrieval is too weak, otherwise asks the configured chat model and checks that its answer
+    cites retrieved sources. With no chat model configured, prints the best passages.
+    """
+    from loader.agent import run_agent
+    from loader.answer import ChatClient, answer_question, prepare_question
+    from loader.cli import emit_json
+    from loader.db import connection
+    from loader.embedding import get_embedder
+
+    settings = app.settings(
+        chat_model=chat_model, chat_base_url=chat_base_url, agent_max_steps=agent_max_steps
+    )
+    text = " ".join(question)
+    prepare_question(text)  # an empty question is an error before anything loads
+    client = ChatClient.from_settings(settings)
+    embedder = get_embedder(settings)
+    streaming = client is not None and not agent and not as_json and sys.stdout.isatty()
+    streamed: list[str] = []
+
+    def on_text(piece: str) -> None:
+        streamed.append(piece)
+        click.echo(piece, nl=False)
+
+    with connection(settings) as conn:
+        if agent:
+            answer = run_agent(
+                conn, settings, text, embedder=embedder, client=client, category=category
+            )
+        else:
+            answer = answer_question(
+                conn,
+                settings,
+                text,
+                embedder=embedder,
+                client=client,
+                category=category,
+                on_text=on_text if streaming else None,
+            )
+        conn.rollback()
+
+    if as_json:
+        emit_json(answer.to_json(show_context=show_context))
+        return
+    _print(answer, show_context=show_context, streamed="".join(streamed))
+
+
+def _print(answer: Any, *, show_context: bool, streamed: str) -> None:
+    if show_context and answer.context:
+        click.secho("Context given to the model:", bold=True)
+        for passage in answer.context:
+            span = (
+                f"chunk {passage.chunk_index}"
+                if passage.chunk_end is None
+                else f"chunks {passage.chunk_index}-{passage.chunk_end}"
+            )
+            click.echo(f"--- {passage.title} ({passage.source_uri}, {span})")
+            click.echo(passage.content.strip())
+        click.echo()
+
+    if streamed:
+        click.echo()
+        if streamed.strip() != answer.answer:
+            click.secho("\nChecked answer:", bold=True)
+            click.echo(answer.answer)
+    else:
+        click.echo(answer.answer)
+
+    for note in answer.notes:
+        click.secho(f"note: {note}", fg="yellow", err=True)
+    if answer.hint:
+        click.secho(f"note: {answer.hint}", fg="yellow", err=True)
+
+    if answer.citations:
+        click.echo()
+        click.secho("Sources:", bold=True)
+        shown: set[tuple[str, int]] = set()
+        for passage in answer.citations:
+            key = (passage.document_id, passage.chunk_index)
+            if key in shown:
+                continue
+            shown.add(key)
+            score = "" if passage.score is None else f", score {passage.score:.4f}"
+            click.echo(
+                f"  [{passage.title}] {passage.source_uri} (chunk {passage.chunk_index}{score})"
+            )
+    if answer.related_documents:
+        click.echo()
+        label = "Closest sources found:" if answer.abstained else "Related documents:"
+        click.secho(label, bold=True)
+        for doc in answer.related_documents:
+            relation = "" if doc.relation == "retrieved" else f" ({doc.relation})"
+            click.echo(f"  {doc.title}: {doc.source_uri}{relation}")

@@ -1,0 +1,427 @@
+"""The reader agent against the fake OpenAI server, on a real database with a hand-made corpus."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from loader.agent import LAST_TURN, Toolbox, ask_agent, graph_function, run_agent
+from loader.answer import IDK, RULE_IDK, RULE_UNSUPPORTED, Answer, ChatClient
+from loader.settings import Settings
+from tests.fake_openai import FakeOpenAI, Reply, Request, chat_reply, tool_call
+from tests.test_answer_db import MODEL, HandEmbedder, chat_settings, load_corpus
+
+QUESTION = "Which index type is the default?"
+
+
+@pytest.fixture
+def corpus(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    return load_corpus(conn)
+
+
+@pytest.fixture
+def kb_settings(settings: Settings, fake_openai: FakeOpenAI) -> Settings:
+    return chat_settings(settings, fake_openai)
+
+
+def agent(
+    conn: psycopg.Connection[Any], settings: Settings, question: str = QUESTION, **kw: Any
+) -> Answer:
+    return run_agent(
+        conn, settings, question, embedder=HandEmbedder(), client=ChatClient(settings), **kw
+    )
+
+
+def chats(fake: FakeOpenAI) -> list[Request]:
+    return fake.requests_to("/v1/chat/completions")
+
+
+def tool_results(request: Request) -> list[dict[str, Any]]:
+    """The tool messages the agent sent in ``request``, parsed."""
+    return [json.loads(m["content"]) for m in request.body["messages"] if m["role"] == "tool"]
+
+
+def call(name: str, args: dict[str, Any] | str, call_id: str = "call_1") -> Reply:
+    return chat_reply(None, [tool_call(name, args, call_id)])
+
+
+# --- the loop ---------------------------------------------------------------------------------
+
+
+def test_first_request_has_the_contract_hits_catalogue_and_tools(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script("/v1/chat/completions", chat_reply("B-tree [Index Types]."))
+    answer = agent(conn, kb_settings)
+    (request,) = chats(fake_openai)
+    system, user = request.body["messages"]
+    assert RULE_IDK in system["content"] and RULE_UNSUPPORTED in system["content"]
+    assert "at most 4 turns" in system["content"]
+    assert "title: Index Types\nsource_uri: /kb/indexes-types.md" in user["content"]
+    assert "Catalogue of matching documents:" in user["content"]
+    assert f"document_id: {corpus['Index Types']}" in user["content"]
+    names = [t["function"]["name"] for t in request.body["tools"]]
+    assert names == ["search_chunks", "read_document"]  # no kb.explore_graph: no graph tool
+    assert request.body["tool_choice"] == "auto"
+    assert answer.mode == "agent" and answer.steps == 1
+    assert answer.answer == "B-tree [Index Types]." and answer.citations
+
+
+def test_a_tool_result_can_be_cited(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script(
+        "/v1/chat/completions",
+        call("search_chunks", {"query": "checkpoint_timeout max_wal_size", "limit": 2}),
+        chat_reply("Spread writes with checkpoint_completion_target [Checkpoint Tuning]."),
+    )
+    answer = agent(conn, kb_settings)
+    assert answer.mode == "agent" and answer.steps == 2
+    assert answer.answer.endswith("[Checkpoint Tuning].")
+    assert {c.title for c in answer.citations} == {"Checkpoint Tuning"}
+    assert 2 <= len(answer.citations) <= 3  # at most three passages per cited title
+    (result,) = tool_results(chats(fake_openai)[1])
+    assert len(result["results"]) == 2
+    assert {r["title"] for r in result["results"]} == {"Checkpoint Tuning"}
+    # the caller gets the distilled answer, never the transcript
+    assert "messages" not in answer.to_json()
+
+
+def test_the_loop_stops_at_the_step_limit(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script(
+        "/v1/chat/completions",
+        *[call("search_chunks", {"query": f"index {i}"}, f"c{i}") for i in range(10)],
+    )
+    answer = agent(conn, kb_settings.replace(agent_max_steps=3))
+    requests = chats(fake_openai)
+    assert len(requests) == 3
+    assert [r.body["tool_choice"] for r in requests] == ["auto", "auto", "none"]
+    assert requests[-1].body["messages"][-1] == {"role": "user", "content": LAST_TURN}
+    assert answer.mode == "fallback" and answer.steps == 3
+    assert "[Index Types]" in answer.answer  # the hybrid hits are the answer
+    assert any("still calling tools" in n for n in answer.notes)
+
+
+def test_an_uncited_claim_from_a_tool_loop_is_i_dont_know(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script(
+        "/v1/chat/completions", chat_reply("Hash, says the Oracle manual [Oracle Concepts].")
+    )
+    answer = agent(conn, kb_settings)
+    assert answer.abstained and answer.answer == IDK
+    assert answer.removed_citations == ["Oracle Concepts"]
+
+
+# --- tool arguments ---------------------------------------------------------------------------
+
+
+def test_malformed_json_arguments_get_an_error_the_model_can_act_on(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script(
+        "/v1/chat/completions",
+        call("search_chunks", '{"query": "gin", '),
+        call("search_chunks", '["gin"]'),
+        call("drop_table", {"name": "kb.documents"}),
+        chat_reply("GIN suits jsonb [Index Types]."),
+    )
+    answer = agent(conn, kb_settings)
+    results = tool_results(chats(fake_openai)[3])
+    assert "not valid JSON" in results[0]["error"] and '{"query":' in results[0]["error"]
+    assert "must be a JSON object" in results[1]["error"]
+    assert "there is no tool 'drop_table'" in results[2]["error"]
+    assert answer.mode == "agent" and not answer.abstained
+
+
+def test_document_ids_are_checked(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    unknown = "00000000-0000-4000-8000-000000000000"
+    fake_openai.script(
+        "/v1/chat/completions",
+        chat_reply(
+            None,
+            [
+                tool_call("search_chunks", {"query": "lock", "document_ids": [unknown]}, "a"),
+                tool_call("read_document", {"document_id": "not-a-uuid"}, "b"),
+                tool_call("read_document", {"document_id": unknown}, "c"),
+                tool_call(
+                    "search_chunks",
+                    {"query": "lock", "document_ids": [corpus["VACUUM"]], "limit": 50},
+                    "d",
+                ),
+            ],
+        ),
+        chat_reply("An exclusive lock [VACUUM]."),
+    )
+    answer = agent(conn, kb_settings)
+    unknown_search, bad_uuid, unknown_read, scoped = tool_results(chats(fake_openai)[1])
+    assert f"unknown document id(s): {unknown}" in unknown_search["error"]
+    assert "is not a document id" in bad_uuid["error"]
+    assert f"unknown document id {unknown}" in unknown_read["error"]
+    assert {r["title"] for r in scoped["results"]} == {"VACUUM"}
+    assert "limit 50 clamped to 10" in scoped["notes"][0]
+    assert answer.answer == "An exclusive lock [VACUUM]."
+
+
+def test_chunk_ranges_are_clamped_or_refused(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    vacuum = corpus["VACUUM"]
+    fake_openai.script(
+        "/v1/chat/completions",
+        chat_reply(
+            None,
+            [
+                tool_call(
+                    "read_document", {"document_id": vacuum, "chunk_start": 1, "chunk_end": 0}, "a"
+                ),
+                tool_call("read_document", {"document_id": vacuum, "chunk_start": 7}, "b"),
+                tool_call(
+                    "read_document",
+                    {"document_id": vacuum, "chunk_start": -3, "chunk_end": 99},
+                    "c",
+                ),
+                tool_call("read_document", {"document_id": vacuum, "chunk_start": "x"}, "d"),
+            ],
+        ),
+        chat_reply("It rewrites the table [VACUUM]."),
+    )
+    agent(conn, kb_settings)
+    inverted, past_end, clamped, not_int = tool_results(chats(fake_openai)[1])
+    assert "chunk_start 1 is after chunk_end 0" in inverted["error"]
+    assert "chunks 0..1" in inverted["error"]
+    assert "has 2 chunks (0..1)" in past_end["error"]
+    assert clamped["status"] == "chunks"
+    assert [c["chunk_index"] for c in clamped["chunks"]] == [0, 1]
+    assert clamped["notes"] == [
+        "chunk_start -3 clamped to 0",
+        "chunk_end 99 clamped to 1 (the document's last chunk)",
+    ]
+    assert "chunk_start must be an integer" in not_int["error"]
+
+
+def test_a_repeated_identical_call_is_detected(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    same = {"query": "gin jsonb", "limit": 1}
+    fake_openai.script(
+        "/v1/chat/completions",
+        call("search_chunks", same, "a"),
+        call("search_chunks", {"limit": 1, "query": "gin jsonb"}, "b"),
+        chat_reply("GIN [Index Types]."),
+    )
+    answer = agent(conn, kb_settings)
+    first, second = tool_results(chats(fake_openai)[2])
+    assert first["results"]
+    assert "repeated call" in second["error"] and "turn 1" in second["error"]
+    assert answer.answer == "GIN [Index Types]."
+
+
+# --- the budget guard -------------------------------------------------------------------------
+
+
+def test_reading_a_document_that_does_not_fit_returns_its_outline(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    long_doc = corpus["Checkpoint Tuning"]
+    fake_openai.script(
+        "/v1/chat/completions",
+        call("read_document", {"document_id": long_doc}, "a"),
+        call("read_document", {"document_id": long_doc, "chunk_start": 10, "chunk_end": 12}, "b"),
+        chat_reply("WAL is recycled after a checkpoint [Checkpoint Tuning]."),
+    )
+    settings = kb_settings.replace(chat_context_tokens=4096)
+    answer = agent(conn, settings, "How does checkpoint tuning spread writes?")
+    requests = chats(fake_openai)
+    (whole,) = tool_results(requests[1])
+    assert whole["status"] == "outline" and "chunks" not in whole
+    assert whole["chunk_count"] == 30
+    assert [(o["chunk_start"], o["chunk_end"]) for o in whole["outline"]] == [
+        (0, 9),
+        (10, 19),
+        (20, 29),
+    ]
+    assert "does not fit the remaining context budget" in whole["message"]
+    # 75% of the 4,096-token window minus what the conversation already used
+    budget = int(whole["message"].split("budget of about ")[1].split()[0])
+    assert 0 < budget < 0.75 * 4096
+    _, ranged = tool_results(requests[2])
+    assert ranged["status"] == "chunks"
+    assert [c["chunk_index"] for c in ranged["chunks"]] == [10, 11, 12]
+    assert answer.mode == "agent"
+    assert {c.title for c in answer.citations} == {"Checkpoint Tuning"}
+    assert len(answer.citations) <= 3
+
+
+def test_the_same_document_fits_a_larger_window(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script(
+        "/v1/chat/completions",
+        call("read_document", {"document_id": corpus["Checkpoint Tuning"]}),
+        chat_reply("I don't know"),
+    )
+    agent(
+        conn,
+        kb_settings.replace(chat_context_tokens=32768),
+        "How does checkpoint tuning spread writes?",
+    )
+    (result,) = tool_results(chats(fake_openai)[1])
+    assert result["status"] == "chunks" and len(result["chunks"]) == 30
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [Reply({"error": {"message": "bad gateway"}}, status=502), Reply(delay=3)],
+    ids=["5xx", "timeout"],
+)
+def test_a_model_failure_mid_loop_returns_the_hybrid_hits(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+    failure: Reply,
+) -> None:
+    fake_openai.script("/v1/chat/completions", call("search_chunks", {"query": "gin"}), failure)
+    answer = agent(conn, kb_settings.replace(chat_timeout=1.0))
+    assert answer.mode == "fallback" and answer.steps == 2
+    assert "[Index Types]" in answer.answer and answer.citations
+    assert "showing the hybrid search hits" in answer.notes[0]
+
+
+def test_weak_retrieval_abstains_before_the_agent_starts(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    answer = agent(conn, kb_settings, "How do I configure Patroni failover for MySQL?")
+    assert answer.abstained and answer.mode == "abstained"
+    assert chats(fake_openai) == []
+
+
+# --- the graph tool ---------------------------------------------------------------------------
+
+EXPLORE_GRAPH = """
+CREATE FUNCTION kb.explore_graph(document_id uuid, hops integer DEFAULT 1)
+RETURNS TABLE (document_id uuid, title text, source_uri text, relation_type text, depth integer)
+LANGUAGE sql STABLE AS $$
+    SELECT d.id, d.title, d.source_uri, r.relation_type, 1
+      FROM kb.document_relations r JOIN kb.documents d ON d.id = r.target_id
+     WHERE r.source_id = explore_graph.document_id
+$$;
+COMMENT ON FUNCTION kb.explore_graph(uuid, integer) IS 'Documents related to a document.';
+"""
+
+
+def test_the_graph_tool_appears_only_with_kb_explore_graph(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    assert graph_function(conn) is None
+    conn.execute(EXPLORE_GRAPH)
+    conn.execute(
+        "INSERT INTO kb.document_relations (source_id, target_id, relation_type) "
+        "VALUES (%s, %s, 'references')",
+        (corpus["Index Types"], corpus["VACUUM"]),
+    )
+    conn.commit()
+    graph = graph_function(conn)
+    assert graph is not None
+    assert [(p.name, p.sql_type, p.required) for p in graph.params] == [
+        ("document_id", "uuid", True),
+        ("hops", "integer", False),
+    ]
+    fake_openai.script(
+        "/v1/chat/completions",
+        chat_reply(
+            None,
+            [
+                tool_call("explore_graph", {"document_id": corpus["Index Types"]}, "a"),
+                tool_call("explore_graph", {"hops": 2}, "b"),
+            ],
+        ),
+        chat_reply("B-tree [Index Types]."),
+    )
+    answer = agent(conn, kb_settings)
+    first = chats(fake_openai)[0]
+    tools = {t["function"]["name"]: t["function"] for t in first.body["tools"]}
+    assert tools["explore_graph"]["parameters"]["required"] == ["document_id"]
+    assert "Documents related to a document." in tools["explore_graph"]["description"]
+    found, missing = tool_results(chats(fake_openai)[1])
+    assert [r["title"] for r in found["rows"]] == ["VACUUM"]
+    assert "explore_graph needs document_id" in missing["error"]
+    assert ("VACUUM", "references") in {(d.title, d.relation) for d in answer.related_documents}
+
+
+# --- the Python entry point -------------------------------------------------------------------
+
+
+def test_toolbox_refuses_when_the_budget_is_used_up(
+    conn: psycopg.Connection[Any], corpus: dict[str, str], kb_settings: Settings
+) -> None:
+    box = Toolbox(conn, kb_settings, HandEmbedder())
+    result = json.loads(box.call("search_chunks", '{"query": "gin"}', step=1, budget=10))
+    assert "budget is used up" in result["error"]
+
+
+def test_ask_agent_for_other_programs(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import loader.embedding
+
+    monkeypatch.setattr(loader.embedding, "get_embedder", lambda settings: HandEmbedder())
+    fake_openai.script("/v1/chat/completions", chat_reply("B-tree [Index Types]."))
+    result = ask_agent(QUESTION, kb_settings)
+    assert result["answer"] == "B-tree [Index Types]."
+    assert result["abstained"] is False
+    assert result["citations"][0]["title"] == "Index Types"
+    assert result["citations"][0]["document_id"] == corpus["Index Types"]
+    assert isinstance(result["related_documents"], list)
+    assert MODEL  # the hand-made model the corpus uses

@@ -1,0 +1,161 @@
+"""``pgkb ask`` end to end: the CLI, a real database, the fake server for chat and embeddings.
+
+The query embeddings come from the fake server (deterministic hash vectors of the model's
+4 dimensions), so the vector leg is noise here and the keyword leg does the finding: these
+tests are about what ``ask`` prints and returns, not about ranking quality.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from loader.answer import IDK, RULE_IDK
+from loader.cli import cli
+from tests.fake_openai import FakeOpenAI, chat_reply
+from tests.test_answer_db import MODEL, load_corpus
+
+ANSWERABLE = "Which index type is the default?"
+UNANSWERABLE = "How does MySQL handle replication lag with Galera?"
+
+
+@pytest.fixture
+def fake4() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI(dims=4).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def env(
+    cli_env: dict[str, str], conn: psycopg.Connection[Any], fake4: FakeOpenAI
+) -> dict[str, str]:
+    load_corpus(conn)
+    return {
+        **cli_env,
+        "PGKB_EMBEDDING_PROVIDER": "openai",
+        "PGKB_EMBEDDING_BASE_URL": fake4.base_url,
+        "PGKB_EMBEDDING_MODEL": MODEL,
+        "PGKB_EMBEDDING_DIMS": "4",
+        "PGKB_CHAT_MAX_RETRIES": "0",
+        "PGKB_CHAT_TIMEOUT": "5",
+    }
+
+
+def with_chat(env: dict[str, str], fake: FakeOpenAI) -> dict[str, str]:
+    return {**env, "PGKB_CHAT_BASE_URL": fake.base_url, "PGKB_CHAT_MODEL": "fake-chat"}
+
+
+def run(env: dict[str, str], *args: str) -> Result:
+    return CliRunner().invoke(cli, ["ask", *args], env=env, catch_exceptions=False)
+
+
+def chats(fake: FakeOpenAI) -> list[Any]:
+    return fake.requests_to("/v1/chat/completions")
+
+
+def test_no_model_answerable_prints_cited_passages(env: dict[str, str], fake4: FakeOpenAI) -> None:
+    result = run(env, ANSWERABLE)
+    assert result.exit_code == 0, result.output
+    assert "[Index Types] (/kb/indexes-types.md)" in result.stdout
+    assert "B-tree is the default index type" in result.stdout
+    assert "Sources:" in result.stdout
+    assert "PGKB_CHAT_MODEL" in result.stderr
+    assert chats(fake4) == []
+
+
+def test_no_model_json(env: dict[str, str]) -> None:
+    result = run(env, "--json", ANSWERABLE)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["abstained"] is False and data["mode"] == "extractive"
+    assert data["citations"][0]["title"] == "Index Types"
+    assert set(data["citations"][0]) >= {
+        "title",
+        "source_uri",
+        "document_id",
+        "chunk_index",
+        "content",
+        "score",
+    }
+    assert isinstance(data["related_documents"], list)
+    assert "PGKB_CHAT_MODEL" in data["hint"]
+
+
+def test_unanswerable_says_i_dont_know_with_the_closest_sources(
+    env: dict[str, str], fake4: FakeOpenAI
+) -> None:
+    result = run(with_chat(env, fake4), UNANSWERABLE)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == IDK
+    assert "Closest sources found:" in result.stdout
+    assert chats(fake4) == []
+    data = json.loads(run(with_chat(env, fake4), "--json", UNANSWERABLE).stdout)
+    assert data["abstained"] is True and data["answer"] == IDK and data["citations"] == []
+    assert data["related_documents"]
+
+
+def test_a_reply_citing_an_unretrieved_title_is_corrected(
+    env: dict[str, str], fake4: FakeOpenAI
+) -> None:
+    fake4.script(
+        "/v1/chat/completions",
+        chat_reply("B-tree is the default [Index Types], says [The MySQL Manual]."),
+    )
+    result = run(with_chat(env, fake4), "--json", ANSWERABLE)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["answer"] == "B-tree is the default [Index Types], says."
+    assert data["removed_citations"] == ["The MySQL Manual"]
+    assert [c["title"] for c in data["citations"]] == ["Index Types"]
+    (request,) = chats(fake4)
+    assert RULE_IDK in request.body["messages"][0]["content"]
+    assert (
+        "title: Index Types\nsource_uri: /kb/indexes-types.md"
+        in (request.body["messages"][1]["content"])
+    )
+
+
+def test_text_output_reports_removed_citations(env: dict[str, str], fake4: FakeOpenAI) -> None:
+    fake4.script("/v1/chat/completions", chat_reply("B-tree [Index Types] [Wikipedia]."))
+    result = run(with_chat(env, fake4), "--show-context", ANSWERABLE)
+    assert result.exit_code == 0, result.output
+    assert "Context given to the model:" in result.stdout
+    assert "B-tree [Index Types]." in result.stdout
+    assert "[Wikipedia]" in result.stderr and "removed citations" in result.stderr
+
+
+def test_the_agent_from_the_command_line(env: dict[str, str], fake4: FakeOpenAI) -> None:
+    fake4.script("/v1/chat/completions", chat_reply("B-tree [Index Types]."))
+    result = run(with_chat(env, fake4), "--agent", "--json", ANSWERABLE)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["mode"] == "agent" and data["answer"] == "B-tree [Index Types]."
+    assert chats(fake4)[0].body["tools"]
+
+
+def test_a_dead_chat_server_still_answers(env: dict[str, str]) -> None:
+    dead = {**env, "PGKB_CHAT_BASE_URL": "http://127.0.0.1:9/v1", "PGKB_CHAT_MODEL": "m"}
+    result = run(dead, ANSWERABLE)
+    assert result.exit_code == 0, result.output
+    assert "[Index Types]" in result.stdout
+    assert "cannot reach the chat model" in result.stderr
+
+
+def test_bad_input_gets_a_clean_message(env: dict[str, str]) -> None:
+    empty = run(env, "  ")
+    assert empty.exit_code == 2
+    assert "the question is empty" in empty.stderr
+    openai_without_key = run({**env, "PGKB_CHAT_MODEL": "gpt-4o-mini"}, ANSWERABLE)
+    assert openai_without_key.exit_code == 2
+    assert "PGKB_CHAT_API_KEY" in openai_without_key.stderr
+    assert "Traceback" not in openai_without_key.output
+    bad_steps = run({**env, "PGKB_AGENT_MAX_STEPS": "0"}, "--agent", ANSWERABLE)
+    assert bad_steps.exit_code == 2 and "agent_max_steps" in bad_steps.stderr

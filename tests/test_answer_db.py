@@ -1,0 +1,428 @@
+"""``answer_question`` on a real database with a small hand-made corpus and hand-made vectors.
+
+The corpus is three documents written into the kb tables with 4-dimensional vectors; the query
+"embedder" maps a question to one of those directions by its words, so the vector leg is exact
+and the keyword leg is PostgreSQL's own. The chat model is the fake OpenAI server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+import pytest
+
+from loader.answer import (
+    IDK,
+    RULE_IDK,
+    RULE_UNSUPPORTED,
+    SYSTEM_RULES,
+    Answer,
+    ChatClient,
+    answer_question,
+)
+from loader.settings import Settings
+from tests.fake_openai import FakeOpenAI, Reply, chat_reply
+
+MODEL = "hand-made-4d"
+
+
+@dataclasses.dataclass(frozen=True)
+class Doc:
+    title: str
+    source_uri: str
+    category: str
+    chunks: list[tuple[str, str, list[float]]]
+    """(heading_path, content, vector) per chunk, in order."""
+
+
+LONG_CHUNKS = [
+    (
+        f"Checkpoint Tuning > Part {i // 10 + 1}",
+        f"Checkpoint section {i}: the checkpointer flushes dirty buffers to disk so that WAL "
+        f"before the checkpoint can be recycled. Paragraph {i} discusses checkpoint_timeout and "
+        f"max_wal_size, and how spreading writes with checkpoint_completion_target avoids I/O "
+        f"spikes. Detail number {i} of the long manual.",
+        [0.0, 0.0, 1.0, 0.01 * i],
+    )
+    for i in range(30)
+]
+
+CORPUS = [
+    Doc(
+        "Index Types",
+        "/kb/indexes-types.md",
+        "manual",
+        [
+            (
+                "Indexes > Index Types",
+                "PostgreSQL provides several index types: B-tree, Hash, GiST, SP-GiST, GIN and "
+                "BRIN. Each index type uses a different algorithm suited to different queries.",
+                [1.0, 0.0, 0.0, 0.0],
+            ),
+            (
+                "Indexes > Index Types > B-tree",
+                "B-tree is the default index type: CREATE INDEX creates a B-tree index unless "
+                "USING names another method.",
+                [0.9, 0.1, 0.0, 0.0],
+            ),
+            (
+                "Indexes > Index Types > GIN",
+                "GIN indexes suit composite values such as arrays and jsonb documents.",
+                [0.8, 0.0, 0.2, 0.0],
+            ),
+        ],
+    ),
+    Doc(
+        "VACUUM",
+        "/kb/sql-vacuum.md",
+        "manual",
+        [
+            (
+                "VACUUM",
+                "VACUUM reclaims storage occupied by dead tuples left behind by updates and "
+                "deletes.",
+                [0.0, 1.0, 0.0, 0.0],
+            ),
+            (
+                "VACUUM > FULL",
+                "VACUUM FULL rewrites the whole table into a new file and needs an exclusive "
+                "lock on it while it runs.",
+                [0.0, 0.9, 0.1, 0.0],
+            ),
+        ],
+    ),
+    Doc("Checkpoint Tuning", "/kb/checkpoint-tuning.md", "guide", LONG_CHUNKS),
+]
+
+
+class HandEmbedder:
+    """Maps a question onto the corpus's hand-made directions by the words it contains."""
+
+    AXES: Sequence[tuple[str, ...]] = (
+        ("index", "b-tree", "btree", "gin"),
+        ("vacuum", "dead", "reclaim"),
+        ("checkpoint", "wal"),
+    )
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def embed_query(self, text: str) -> list[float]:
+        self.queries.append(text)
+        lowered = text.lower()
+        vector = [0.0, 0.0, 0.0, 0.05]
+        for axis, words in enumerate(self.AXES):
+            if any(w in lowered for w in words):
+                vector[axis] = 1.0
+        return vector
+
+
+def load_corpus(conn: psycopg.Connection[Any], docs: Sequence[Doc] = CORPUS) -> dict[str, str]:
+    """Write ``docs`` into the kb tables; returns {title: document id}."""
+    conn.execute("SELECT kb.register_model(%s, 4, 'test')", (MODEL,))
+    ids: dict[str, str] = {}
+    for doc in docs:
+        doc_id = str(uuid.uuid4())
+        ids[doc.title] = doc_id
+        text = "\n".join(c for _h, c, _v in doc.chunks)
+        conn.execute(
+            "INSERT INTO kb.documents (id, source_uri, title, content_sha, category) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (
+                doc_id,
+                doc.source_uri,
+                doc.title,
+                hashlib.sha256(text.encode()).hexdigest(),
+                doc.category,
+            ),
+        )
+        for index, (heading, content, vector) in enumerate(doc.chunks):
+            row = conn.execute(
+                "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, "
+                "content_sha, token_count) VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
+                (
+                    doc_id,
+                    index,
+                    heading,
+                    content,
+                    hashlib.sha256(content.encode()).hexdigest(),
+                    len(content.split()) * 4 // 3,
+                ),
+            ).fetchone()
+            assert row is not None
+            conn.execute(
+                "INSERT INTO kb.embeddings (chunk_id, model_id, embedding) "
+                "SELECT %s, id, %s::vector FROM kb.embedding_models WHERE name = %s",
+                (row[0], str(vector), MODEL),
+            )
+    conn.commit()
+    return ids
+
+
+@pytest.fixture
+def corpus(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    return load_corpus(conn)
+
+
+def chat_settings(settings: Settings, fake_openai: FakeOpenAI) -> Settings:
+    """The test database, the hand-made model, and the fake server as the chat model."""
+    return settings.replace(
+        embedding_model=MODEL,
+        embedding_dims=4,
+        chat_base_url=fake_openai.base_url,
+        chat_model="fake-chat",
+        chat_api_key="sk-test",
+        chat_max_retries=0,
+        chat_timeout=5.0,
+    )
+
+
+@pytest.fixture
+def kb_settings(settings: Settings, fake_openai: FakeOpenAI) -> Settings:
+    return chat_settings(settings, fake_openai)
+
+
+def ask(
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    question: str,
+    *,
+    model: bool = True,
+    **kwargs: Any,
+) -> Answer:
+    client = ChatClient(settings) if model else None
+    return answer_question(
+        conn, settings, question, embedder=HandEmbedder(), client=client, **kwargs
+    )
+
+
+def chat_requests(fake: FakeOpenAI) -> list[Any]:
+    return fake.requests_to("/v1/chat/completions")
+
+
+# --- the prompt contract ----------------------------------------------------------------------
+
+
+def test_the_request_carries_the_contract(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script("/v1/chat/completions", chat_reply("B-tree [Index Types]."))
+    answer = ask(conn, kb_settings, "Which index type is the default?")
+    (request,) = chat_requests(fake_openai)
+    system, user = request.body["messages"]
+    assert system == {"role": "system", "content": SYSTEM_RULES}
+    assert RULE_IDK in system["content"] and RULE_UNSUPPORTED in system["content"]
+    assert request.body["model"] == "fake-chat"
+    # every chunk given to the model is tagged with its title and source_uri
+    assert answer.context
+    assert user["content"].count("--- chunk ---") == len(answer.context)
+    for passage in answer.context:
+        assert f"title: {passage.title}\nsource_uri: {passage.source_uri}\n" in user["content"]
+        assert passage.content.strip() in user["content"]
+    assert user["content"].rstrip().endswith("Question: Which index type is the default?")
+    assert answer.answer == "B-tree [Index Types]." and not answer.abstained
+    assert answer.mode == "model"
+    assert {c.title for c in answer.citations} == {"Index Types"}
+    cited = answer.to_json()["citations"][0]
+    assert set(cited) >= {"title", "source_uri", "document_id", "chunk_index", "content", "score"}
+    assert cited["document_id"] == corpus["Index Types"]
+
+
+def test_neighbours_are_merged_into_the_best_hits(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    answer = ask(conn, kb_settings, "Which index type is the default?")
+    index_passages = [p for p in answer.context if p.title == "Index Types"]
+    # the three Index Types chunks are hits or neighbours of hits: one passage, no repetition
+    assert len(index_passages) == 1
+    (passage,) = index_passages
+    assert (passage.chunk_index, passage.chunk_end) == (0, 2)
+    assert passage.content.count("B-tree is the default index type") == 1
+
+
+def test_category_limits_retrieval(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    answer = ask(conn, kb_settings, "index types and vacuum", model=False, category="guide")
+    assert {p.title for p in answer.context} <= {"Checkpoint Tuning"}
+
+
+# --- checking the reply -----------------------------------------------------------------------
+
+
+def test_a_citation_of_an_unretrieved_title_is_removed_and_reported(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script(
+        "/v1/chat/completions",
+        chat_reply("B-tree is the default [Index Types], as in MySQL [MySQL Reference Manual]."),
+    )
+    answer = ask(conn, kb_settings, "Which index type is the default?")
+    assert answer.answer == "B-tree is the default [Index Types], as in MySQL."
+    assert answer.removed_citations == ["MySQL Reference Manual"]
+    assert any("MySQL Reference Manual" in n for n in answer.notes)
+    assert [c.title for c in answer.citations] == ["Index Types"]
+    assert answer.model_reply is not None and "MySQL Reference Manual" in answer.model_reply
+    assert answer.to_json()["removed_citations"] == ["MySQL Reference Manual"]
+
+
+def test_an_uncited_reply_is_i_dont_know(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script("/v1/chat/completions", chat_reply("B-tree is the default."))
+    answer = ask(conn, kb_settings, "Which index type is the default?")
+    assert answer.answer == IDK and answer.abstained
+    assert answer.citations == []
+    assert answer.model_reply == "B-tree is the default."
+
+
+def test_the_model_saying_i_dont_know_abstains(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script("/v1/chat/completions", chat_reply("I don't know."))
+    answer = ask(conn, kb_settings, "Which index type is the default?")
+    assert answer.abstained and answer.answer == IDK and answer.mode == "model"
+    assert answer.related_documents  # the closest sources are still shown
+
+
+# --- abstention before any model call ---------------------------------------------------------
+
+
+def test_weak_retrieval_abstains_before_any_request(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    answer = ask(conn, kb_settings, "How does MySQL handle replication lag with Galera?")
+    assert answer.abstained and answer.answer == IDK and answer.mode == "abstained"
+    assert chat_requests(fake_openai) == []
+    assert answer.abstention is not None and "MySQL" in answer.abstention["reason"]
+    assert answer.related_documents, "the closest sources found are listed"
+    data = answer.to_json()
+    assert data["abstained"] is True and data["citations"] == []
+
+
+def test_an_empty_knowledge_base_abstains(
+    conn: psycopg.Connection[Any], kb_settings: Settings, fake_openai: FakeOpenAI
+) -> None:
+    conn.execute("SELECT kb.register_model(%s, 4, 'test')", (MODEL,))
+    conn.commit()
+    answer = ask(conn, kb_settings, "Which index type is the default?")
+    assert answer.abstained and answer.related_documents == []
+    assert chat_requests(fake_openai) == []
+
+
+# --- no model, failing model ------------------------------------------------------------------
+
+
+def test_without_a_model_the_answer_is_the_cited_passages(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    settings = kb_settings.replace()  # same settings, but no client below
+    answer = ask(conn, settings, "Which index type is the default?", model=False)
+    assert answer.mode == "extractive" and not answer.abstained
+    assert "[Index Types] (/kb/indexes-types.md)" in answer.answer
+    assert "B-tree is the default index type" in answer.answer
+    assert answer.citations and answer.citations[0].title == "Index Types"
+    assert answer.hint and "PGKB_CHAT_MODEL" in answer.hint
+    assert chat_requests(fake_openai) == []
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Reply({"error": {"message": "upstream exploded"}}, status=502),
+        Reply(chat_reply("late").body, delay=3),
+        Reply(raw=b"{not json"),
+    ],
+    ids=["5xx", "timeout", "malformed"],
+)
+def test_a_failing_model_falls_back_to_the_passages(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+    failure: Reply,
+) -> None:
+    fake_openai.script("/v1/chat/completions", failure)
+    settings = kb_settings.replace(chat_timeout=1.0)
+    answer = ask(conn, settings, "Which index type is the default?")
+    assert answer.mode == "fallback" and not answer.abstained
+    assert "[Index Types]" in answer.answer
+    assert answer.notes and "showing the retrieved passages" in answer.notes[0]
+    assert len(chat_requests(fake_openai)) == 1
+
+
+def test_streaming_passes_the_raw_reply_then_checks_it(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script(
+        "/v1/chat/completions", chat_reply("Dead tuples [VACUUM] and more [Postgres Wiki].")
+    )
+    pieces: list[str] = []
+    answer = ask(conn, kb_settings, "What does VACUUM reclaim?", on_text=pieces.append)
+    assert "".join(pieces) == "Dead tuples [VACUUM] and more [Postgres Wiki]."
+    assert answer.answer == "Dead tuples [VACUUM] and more."
+    assert chat_requests(fake_openai)[0].body["stream"] is True
+
+
+# --- any question -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "index " * 20_000,
+        "'; DROP TABLE kb.documents; --",
+        'unbalanced "quote about vacuum',
+        "nul\x00byte in the index question",
+        "!!! ??? ...",
+        "the of and a",
+        "\U0001f418 \u7d22\u5f15\u306e\u7a2e\u985e",
+        "-- vacuum",
+    ],
+    ids=["100KB", "sql", "quote", "nul", "punctuation", "stopwords", "unicode", "comment"],
+)
+def test_any_question_gets_an_answer_not_a_crash(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+    question: str,
+) -> None:
+    answer = ask(conn, kb_settings, question)
+    assert answer.answer
+    assert answer.mode in ("model", "abstained")
+    assert conn.execute("SELECT count(*) FROM kb.documents").fetchone() == (3,)
+    for request in chat_requests(fake_openai):
+        assert len(request.body["messages"][1]["content"]) < kb_settings.chat_context_tokens * 3
