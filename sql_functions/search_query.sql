@@ -1,4 +1,6 @@
--- kb.search_query(query_text text) -> (strict_query tsquery, any_query tsquery, lexemes text[], excluded tsquery)
+-- kb.search_query(query_text text)
+--   -> (strict_query tsquery, any_query tsquery, lexemes text[], excluded tsquery, negated text[],
+--       identifiers text[])
 --
 -- Parses a user's search text once, for kb.keyword_search. Never raises, whatever the text:
 --   strict_query  websearch_to_tsquery('english', text): "quoted phrases" as phrases, -word as
@@ -6,24 +8,36 @@
 --   any_query     the OR of the text's positive lexemes (natural-language questions rarely
 --                 contain every one of their words), NULL when there is none;
 --   lexemes       those lexemes, distinct, in order of first appearance, at most 64;
---   excluded      the OR of the lexemes the text negates with -word (NULL when none).
+--   excluded      the OR of the lexemes the text negates with -word (NULL when none);
+--   negated       those negated lexemes (at most 64);
+--   identifiers   the words that look like identifiers, as written (letters, digits and '_',
+--                 with a '_' or both letters and digits: work_mem, 40P01, pg_dump), at most 16:
+--                 the parser splits maintenance_work_mem into three lexemes, so kb.keyword_search
+--                 matches them against the text itself to put exact occurrences first.
 -- The text is cut to its first 20,000 characters (a query is not a document).
 CREATE OR REPLACE FUNCTION kb.search_query(
     query_text text,
     OUT strict_query tsquery,
     OUT any_query tsquery,
     OUT lexemes text[],
-    OUT excluded tsquery)
+    OUT excluded tsquery,
+    OUT negated text[],
+    OUT identifiers text[])
 LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
 SET search_path = kb, public, pg_temp
 SET client_min_messages = warning
 AS $$
-DECLARE
-    negated text[];
 BEGIN
     strict_query := websearch_to_tsquery('english'::regconfig, left(coalesce(query_text, ''), 20000));
+    SELECT (array_agg(w.word ORDER BY w.first_seen))[1:16] INTO identifiers
+      FROM (SELECT m[1] AS word, min(n) AS first_seen
+              FROM regexp_matches(left(coalesce(query_text, ''), 20000), '[A-Za-z0-9_]+', 'g')
+                   WITH ORDINALITY AS r(m, n)
+             WHERE length(m[1]) BETWEEN 2 AND 100
+               AND (m[1] ~ '[A-Za-z0-9]_|_[A-Za-z0-9]' OR (m[1] ~ '[0-9]' AND m[1] ~ '[A-Za-z]'))
+             GROUP BY m[1]) w;
     IF strict_query IS NULL OR numnode(strict_query) = 0 THEN
         strict_query := NULL;
         RETURN;
@@ -39,6 +53,7 @@ BEGIN
                    WITH ORDINALITY AS m(parts, n)
              GROUP BY 1) t;
     lexemes := lexemes[1:64];
+    negated := negated[1:64];
     IF lexemes IS NOT NULL THEN
         any_query := (SELECT string_agg(
                                  '''' || replace(replace(l, '\', '\\'), '''', '''''') || '''', ' | ')
@@ -53,4 +68,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.search_query(text) IS
-'Parses search text (never raises): websearch_to_tsquery strict query, OR-of-lexemes query, the positive lexemes (max 64) and the negated ones.';
+'Parses search text (never raises): websearch_to_tsquery strict query, OR-of-lexemes query, the positive lexemes (max 64), the negated ones as a query and an array, and identifier-like words as written.';

@@ -399,15 +399,18 @@ $$;
 --   1. chunks matching the strict websearch_to_tsquery query (every word, "quoted phrases" as
 --      phrases; so exact identifiers such as "40P01" or maintenance_work_mem find their pages
 --      first), then the others;
---   2. within each group, by score:
+--   2. among those, chunks whose text holds every identifier-like word of the query as a whole
+--      word (work_mem, not maintenance_work_mem; see kb.search_query), then the others;
+--   3. within each group, by score:
 --      keyword_ranking 'bm25' (default): Okapi BM25 over chunk statistics kept by ingestion
 --        (kb.term_stats, kb.corpus_stats):
 --          score = sum over query lexemes t of idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
 --          idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)), N = chunk count, df = chunks containing t,
 --          tf = occurrences of t in the content + heading_weight * occurrences in the heading path,
---          dl = lexeme occurrences in the chunk (kb.tsv_length), avgdl = total_length / N;
+--          dl = distinct lexemes in the chunk (length(tsv): read without expanding the tsvector),
+--          avgdl = sum of df over kb.term_stats / N (= the average of length(tsv));
 --      keyword_ranking 'ts_rank': PostgreSQL's ts_rank(tsv, OR-query) (no IDF, no length norm);
---   3. ties by chunk_id.
+--   4. ties by chunk_id.
 -- rank counts from 1. filters: see kb.search_filters (category, metadata, source); document_ids
 -- restricts to those documents. Any query_text returns rows or no rows, never an error; an
 -- unknown keyword_ranking or filter key raises. Reads only (STABLE).
@@ -444,6 +447,7 @@ DECLARE
     avgdl double precision;
     use_bm25 boolean;
     filtered boolean;
+    all_lexemes text[];
 BEGIN
     IF keyword_ranking IS NULL OR keyword_ranking NOT IN ('bm25', 'ts_rank') THEN
         RAISE EXCEPTION 'unknown keyword_ranking %; valid values are: bm25, ts_rank',
@@ -465,24 +469,34 @@ BEGIN
         RETURN;
     END IF;
     use_bm25 := keyword_ranking = 'bm25';
+    all_lexemes := q.lexemes || coalesce(q.negated, '{}');
     filtered := f.category IS NOT NULL OR f.metadata IS NOT NULL OR f.source_pattern IS NOT NULL;
-    SELECT greatest(s.chunk_count, 1)::double precision,
-           greatest(s.total_length, 1)::double precision / greatest(s.chunk_count, 1)
-      INTO n_chunks, avgdl
-      FROM kb.corpus_stats s;
+    SELECT greatest(s.chunk_count, 1)::double precision INTO n_chunks FROM kb.corpus_stats s;
+    IF use_bm25 THEN
+        -- average chunk length in distinct lexemes: sum of df over all lexemes = sum of length(tsv)
+        SELECT greatest(coalesce(sum(ts.df), 1), 1)::double precision / n_chunks INTO avgdl
+          FROM kb.term_stats ts;
+    END IF;
 
     RETURN QUERY
-    WITH terms AS (
+    WITH terms AS MATERIALIZED (
         SELECT l.lexeme,
                ln(1 + (n_chunks - coalesce(ts.df, 0) + 0.5) / (coalesce(ts.df, 0) + 0.5)) AS idf
           FROM unnest(q.lexemes) AS l(lexeme)
           LEFT JOIN kb.term_stats ts ON ts.lexeme = l.lexeme
     ),
-    matched AS (
-        SELECT c.id, c.tsv, (q.strict_query IS NOT NULL AND c.tsv @@ q.strict_query) AS strict
+    matched AS MATERIALIZED (
+        -- one pass over each candidate's tsv: its length in distinct lexemes, and the positions
+        -- of the query's lexemes only (marked B, then filtered), in the whole chunk and in the heading
+        SELECT c.id,
+               CASE WHEN use_bm25 THEN length(c.tsv) END AS dl,
+               ts_filter(setweight(c.tsv, 'B', all_lexemes), '{b}') AS hits,
+               CASE WHEN use_bm25 AND heading_weight <> 1
+                    THEN ts_filter(setweight(ts_filter(c.tsv, '{a}'), 'B', q.lexemes), '{b}') END AS heading_hits,
+               CASE WHEN NOT use_bm25 THEN ts_rank(c.tsv, q.any_query)::double precision END AS plain_rank,
+               c.heading_path, c.content
           FROM kb.chunks c
          WHERE c.tsv @@ q.any_query
-           AND (q.excluded IS NULL OR NOT c.tsv @@ q.excluded)
            AND (document_ids IS NULL OR c.document_id = ANY (document_ids))
            AND (NOT filtered OR EXISTS (
                    SELECT 1 FROM kb.documents d
@@ -492,28 +506,33 @@ BEGIN
                       AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)))
     ),
     scored AS (
-        SELECT m.id, m.strict,
+        SELECT m.id,
+               (q.strict_query IS NOT NULL AND m.hits @@ q.strict_query) AS strict,
+               (q.identifiers IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM unnest(q.identifiers) AS i
+                     WHERE NOT (m.heading_path ~* ('\m' || i || '\M')
+                                OR m.content ~* ('\m' || i || '\M')))) AS exact,
                CASE WHEN use_bm25 THEN (
                    SELECT coalesce(sum(t.idf * x.tf * (bm25_k1 + 1)
-                                       / (x.tf + bm25_k1 * (1 - bm25_b + bm25_b * len.dl / avgdl))), 0)
-                     FROM (SELECT u.lexeme,
-                                  (SELECT sum(CASE WHEN w = 'A' THEN heading_weight ELSE 1 END)
-                                     FROM unnest(u.weights) AS w) AS tf
-                             FROM unnest(m.tsv) AS u
-                            WHERE u.lexeme = ANY (q.lexemes)) x
-                     JOIN terms t ON t.lexeme = x.lexeme
-                     CROSS JOIN (SELECT sum(coalesce(array_length(v.positions, 1), 1))::double precision AS dl
-                                   FROM unnest(m.tsv) AS v) len
-                    WHERE x.tf > 0)
-               ELSE ts_rank(m.tsv, q.any_query)::double precision
+                                       / (x.tf + bm25_k1 * (1 - bm25_b + bm25_b * m.dl / avgdl))), 0)
+                     FROM (SELECT a.lexeme,
+                                  coalesce(array_length(a.positions, 1), 1)
+                                    + (heading_weight - 1) * coalesce((
+                                          SELECT array_length(h.positions, 1)
+                                            FROM unnest(m.heading_hits) AS h
+                                           WHERE h.lexeme = a.lexeme), 0) AS tf
+                             FROM unnest(m.hits) AS a) x
+                     JOIN terms t ON t.lexeme = x.lexeme)
+               ELSE m.plain_rank
                END AS score
           FROM matched m
+         WHERE q.excluded IS NULL OR NOT m.hits @@ q.excluded
     ),
     ranked AS (
         SELECT s.id, s.score, s.strict,
-               row_number() OVER (ORDER BY s.strict DESC, s.score DESC, s.id)::integer AS rank
+               row_number() OVER (ORDER BY s.strict DESC, s.exact DESC, s.score DESC, s.id)::integer AS rank
           FROM scored s
-         ORDER BY s.strict DESC, s.score DESC, s.id
+         ORDER BY s.strict DESC, s.exact DESC, s.score DESC, s.id
          LIMIT match_count
     )
     SELECT c.id, c.document_id, d.title, d.source_uri, c.chunk_index, c.heading_path, c.content,
@@ -915,7 +934,9 @@ $$;
 COMMENT ON FUNCTION kb.search_filters(jsonb) IS
 'Validates a search filters object (keys: category, metadata, source) and returns its typed parts; unknown keys raise an error listing the valid ones.';
 """,
-    'search_query': r"""-- kb.search_query(query_text text) -> (strict_query tsquery, any_query tsquery, lexemes text[], excluded tsquery)
+    'search_query': r"""-- kb.search_query(query_text text)
+--   -> (strict_query tsquery, any_query tsquery, lexemes text[], excluded tsquery, negated text[],
+--       identifiers text[])
 --
 -- Parses a user's search text once, for kb.keyword_search. Never raises, whatever the text:
 --   strict_query  websearch_to_tsquery('english', text): "quoted phrases" as phrases, -word as
@@ -923,24 +944,36 @@ COMMENT ON FUNCTION kb.search_filters(jsonb) IS
 --   any_query     the OR of the text's positive lexemes (natural-language questions rarely
 --                 contain every one of their words), NULL when there is none;
 --   lexemes       those lexemes, distinct, in order of first appearance, at most 64;
---   excluded      the OR of the lexemes the text negates with -word (NULL when none).
+--   excluded      the OR of the lexemes the text negates with -word (NULL when none);
+--   negated       those negated lexemes (at most 64);
+--   identifiers   the words that look like identifiers, as written (letters, digits and '_',
+--                 with a '_' or both letters and digits: work_mem, 40P01, pg_dump), at most 16:
+--                 the parser splits maintenance_work_mem into three lexemes, so kb.keyword_search
+--                 matches them against the text itself to put exact occurrences first.
 -- The text is cut to its first 20,000 characters (a query is not a document).
 CREATE OR REPLACE FUNCTION kb.search_query(
     query_text text,
     OUT strict_query tsquery,
     OUT any_query tsquery,
     OUT lexemes text[],
-    OUT excluded tsquery)
+    OUT excluded tsquery,
+    OUT negated text[],
+    OUT identifiers text[])
 LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
 SET search_path = kb, public, pg_temp
 SET client_min_messages = warning
 AS $$
-DECLARE
-    negated text[];
 BEGIN
     strict_query := websearch_to_tsquery('english'::regconfig, left(coalesce(query_text, ''), 20000));
+    SELECT (array_agg(w.word ORDER BY w.first_seen))[1:16] INTO identifiers
+      FROM (SELECT m[1] AS word, min(n) AS first_seen
+              FROM regexp_matches(left(coalesce(query_text, ''), 20000), '[A-Za-z0-9_]+', 'g')
+                   WITH ORDINALITY AS r(m, n)
+             WHERE length(m[1]) BETWEEN 2 AND 100
+               AND (m[1] ~ '[A-Za-z0-9]_|_[A-Za-z0-9]' OR (m[1] ~ '[0-9]' AND m[1] ~ '[A-Za-z]'))
+             GROUP BY m[1]) w;
     IF strict_query IS NULL OR numnode(strict_query) = 0 THEN
         strict_query := NULL;
         RETURN;
@@ -956,6 +989,7 @@ BEGIN
                    WITH ORDINALITY AS m(parts, n)
              GROUP BY 1) t;
     lexemes := lexemes[1:64];
+    negated := negated[1:64];
     IF lexemes IS NOT NULL THEN
         any_query := (SELECT string_agg(
                                  '''' || replace(replace(l, '\', '\\'), '''', '''''') || '''', ' | ')
@@ -970,7 +1004,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.search_query(text) IS
-'Parses search text (never raises): websearch_to_tsquery strict query, OR-of-lexemes query, the positive lexemes (max 64) and the negated ones.';
+'Parses search text (never raises): websearch_to_tsquery strict query, OR-of-lexemes query, the positive lexemes (max 64), the negated ones as a query and an array, and identifier-like words as written.';
 """,
     'tsv_length': r"""-- kb.tsv_length(tsv tsvector) -> integer
 --
