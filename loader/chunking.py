@@ -7,10 +7,11 @@ overlap (in tokens) repeats the end of a chunk at the start of the next. Section
 merged, so a chunk never straddles two headings and always knows its heading path.
 
 What the model reads (the *embedded text*) is the chunk prefixed with its context: the heading
-path, or the document title when the section has no heading (``embed_heading_path``; off: the
-chunk alone). Prefix and chunk together stay within ``chunk_tokens``: the chunk gets what the
-prefix leaves. ``content_sha`` is the sha256 of exactly the embedded text, so two chunks with the
-same ``content_sha`` have the same vector, and an unchanged chunk reuses its stored embedding.
+path, preceded by the document title unless the path already names it (``embed_heading_path``;
+off: the chunk alone). Prefix and chunk together stay within ``chunk_tokens``: the chunk gets
+what the prefix leaves. ``content_sha`` is the sha256 of exactly the embedded text, so two
+chunks with the same ``content_sha`` have the same vector, and an unchanged chunk reuses its
+stored embedding.
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ class Chunker:
     def _prefix(self, title: str, path: tuple[str, ...]) -> str:
         if not self.embed_heading_path:
             return ""
-        parts = list(path) if path else ([title] if title else [])
+        parts = list(path)
+        if title and title not in parts:  # e.g. a PDF's "Page 3", a Markdown file without H1
+            parts.insert(0, title)
         budget = max(0, self.chunk_tokens - MIN_BODY_TOKENS)
         while len(parts) > 1 and self._count(" > ".join(parts)) + 2 > budget:
             parts.pop(0)  # keep the innermost headings

@@ -214,7 +214,8 @@ def quickstart(app: App) -> None:
     """Set up the default database and show what the knowledge base holds.
 
     Creates or upgrades the kb schema on the configured database (the embedded server unless
-    PGKB_DATABASE_URL is set) and prints its status.
+    PGKB_DATABASE_URL is set), ingests the bundled sample corpus (65 pages of the PostgreSQL 15
+    manual; unchanged pages are skipped on later runs) and prints the status.
     """
     from loader.db import database_url, redact
     from loader.migrate import upgrade
@@ -226,6 +227,19 @@ def quickstart(app: App) -> None:
         click.echo(f"using the embedded PostgreSQL server, data in {settings.pgdata}", err=True)
     upgrade(url)
     click.echo(f"kb schema is up to date on {redact(url)}", err=True)
+
+    from loader.commands.ingest import summary_line
+    from loader.ingest import ingest_paths
+    from loader.resources import sample_corpus_dir
+
+    corpus = sample_corpus_dir()
+    click.echo(f"ingesting the sample corpus {corpus} (first run: minutes on a CPU)", err=True)
+    report = ingest_paths(settings, [corpus], prune=True)
+    click.echo(summary_line(report.to_dict()), err=True)
+    for failure in report.failed:
+        click.echo(f"failed: {failure['source']}: {failure['reason']}", err=True)
+    if report.aborted:
+        raise PgkbError(f"ingesting the sample corpus stopped: {report.aborted}")
     for key, value in schema_status(settings).items():
         click.echo(f"{key:>18}: {value}")
 
@@ -235,6 +249,9 @@ def quickstart(app: App) -> None:
 from loader.commands.ask import ask  # noqa: E402
 
 cli.add_command(ask)
+from loader.commands.ingest import ingest  # noqa: E402
+
+cli.add_command(ingest)
 
 
 def main() -> None:  # pragma: no cover - console script entry point

@@ -1,0 +1,161 @@
+"""``pgkb ingest PATH...``: files and folders into the knowledge base, incrementally."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from loader.cli import App
+
+# Options bound to settings, as loader.cli.setting_option makes them (not imported from there:
+# loader.cli imports this module, and the cycle would hide this command's type from mypy).
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def setting_option(name: str, **kwargs: Any) -> Callable[[F], F]:
+    return click.option(
+        f"--{name.replace('_', '-')}",
+        name,
+        envvar=f"PGKB_{name.upper()}",
+        show_envvar=True,
+        default=None,
+        **kwargs,
+    )
+
+
+def parse_meta(values: tuple[str, ...]) -> dict[str, str]:
+    meta: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not key=value", param_hint="--meta")
+        meta[key.strip()] = value
+    return meta
+
+
+def summary_line(data: dict[str, Any]) -> str:
+    return (
+        f"{data['files_seen']} files: {data['new']} new, {data['changed']} changed, "
+        f"{data['unchanged']} unchanged, {data['pruned']} pruned, {len(data['failed'])} failed; "
+        f"{data['chunks_written']} chunks written, {data['embeddings_computed']} embeddings "
+        f"computed, {data['embeddings_reused']} reused; {data['seconds'].get('total', 0):.1f} s"
+    )
+
+
+class _Bar:
+    """A click progress bar over the files, fed by ingest's progress events."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.embedded = 0
+        self.chunks = 0
+
+    def __call__(self, event: str, info: dict[str, Any]) -> None:
+        if event == "scanned":
+            self.bar = click.progressbar(
+                length=len(info["files"]),
+                label="ingesting",
+                file=sys.stderr,
+                item_show_func=lambda _: f"{self.chunks} chunks, {self.embedded} embedded",
+            )
+            self.bar.__enter__()
+        elif event == "file" and self.bar is not None:
+            self.bar.update(1, info["source"])
+        elif event == "embedded":
+            self.embedded += int(info["count"])
+        elif event == "document":
+            self.chunks += int(info["chunks"])
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.render_finish()
+            self.bar = None
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--category", help="Category stored with every document of this run.")
+@click.option(
+    "--meta",
+    "meta",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Metadata stored with every document (repeatable); wins over what the file tells.",
+)
+@click.option(
+    "--prune", is_flag=True, help="Remove documents under the given folders whose files are gone."
+)
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="When another ingest runs on the database: wait for it, or exit at once (code 2).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
+@setting_option("chunk_tokens", type=int, help="Chunk size in the embedding model's tokens.")
+@setting_option("chunk_overlap", type=int, help="Overlap between chunks, in tokens.")
+@setting_option("embedding_batch_size", type=int, help="Texts per embedding call.")
+@setting_option("max_file_mb", type=float, help="Larger files are reported as failed.")
+@click.pass_obj
+def ingest(
+    app: App,
+    paths: tuple[str, ...],
+    category: str | None,
+    meta: tuple[str, ...],
+    prune: bool,
+    wait: bool,
+    as_json: bool,
+    chunk_tokens: int | None,
+    chunk_overlap: int | None,
+    embedding_batch_size: int | None,
+    max_file_mb: float | None,
+) -> None:
+    """Ingest Markdown, text, HTML and PDF files and folders (recursively).
+
+    Unchanged files are skipped without parsing; a changed file replaces its chunks in one
+    transaction; unchanged chunks keep their embeddings. Exit codes: 0 all went well, 1 some
+    files failed (the rest were ingested), 2 configuration, connection or model error.
+    """
+    import logging
+
+    from loader.cli import emit_json
+    from loader.ingest import ingest_paths
+
+    settings = app.settings(
+        chunk_tokens=chunk_tokens,
+        chunk_overlap=chunk_overlap,
+        embedding_batch_size=embedding_batch_size,
+        max_file_mb=max_file_mb,
+    )
+    if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
+        # failures and the summary are printed below; per-file lines come with -v
+        logging.getLogger("loader.ingest").setLevel(logging.CRITICAL)
+    bar = _Bar() if (sys.stderr.isatty() and not as_json) else None
+    try:
+        report = ingest_paths(
+            settings,
+            paths,
+            category=category,
+            meta=parse_meta(meta),
+            prune=prune,
+            wait=wait,
+            progress=bar,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    data = report.to_dict()
+    if as_json:
+        emit_json(data)
+    else:
+        for failure in report.failed:
+            click.echo(f"failed: {failure['source']}: {failure['reason']}", err=True)
+        click.echo(summary_line(data), err=True)
+    if report.aborted:
+        click.secho(f"Error: {report.aborted}", fg="red", err=True)
+    if report.exit_code:
+        click.get_current_context().exit(report.exit_code)
