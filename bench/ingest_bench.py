@@ -121,6 +121,11 @@ def main() -> int:
         help="Instead: vector recall@5 of the corpus with and without the heading-path prefix.",
     )
     args = parser.parse_args()
+    import logging
+
+    # one line per document on stderr, with a timestamp: progress of a long run is visible
+    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("loader.ingest").setLevel(logging.INFO)
     if args.compare_prefix:
         return compare_prefix(Path(args.corpus), Path(args.compare_prefix))
 

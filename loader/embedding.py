@@ -77,6 +77,13 @@ def check_chunk_size(settings: Settings, embedder: Embedder) -> None:
     """
     extra = special_tokens(embedder)
     limit = embedder.max_input_tokens
+    reads = getattr(embedder, "model_max_tokens", None)
+    if reads is not None and limit > reads:
+        raise ConfigError(
+            f"embedding_max_input_tokens={limit} exceeds what {embedder.name} reads "
+            f"({reads} tokens): longer inputs would be silently truncated",
+            hint=f"set PGKB_EMBEDDING_MAX_INPUT_TOKENS to at most {reads}",
+        )
     if settings.chunk_tokens + extra > limit:
         raise ConfigError(
             f"chunk_tokens={settings.chunk_tokens} plus the {extra} special tokens of "
@@ -147,6 +154,18 @@ class LocalEmbedder:
     @property
     def special_tokens(self) -> int:
         return len(self.tokenizer.encode("", add_special_tokens=True).ids)
+
+    @property
+    def model_max_tokens(self) -> int | None:
+        """The model's own input limit (``max_seq_length``), read without loading the model."""
+        import json
+
+        config = self._path() / "sentence_bert_config.json"
+        try:
+            value = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
+        except (OSError, ValueError):
+            return None
+        return int(value) if isinstance(value, int) else None
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)

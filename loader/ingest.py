@@ -47,7 +47,7 @@ INGEST_LOCK_KEY = 0x70676B62_00000001
 
 ProgressCallback = Callable[[str, dict[str, Any]], None]
 """``progress(event, info)``: events ``scanned`` (files), ``document`` (source, status, chunks),
-``embedded`` (count), ``failed`` (source, reason)."""
+``embedded`` (count), ``waiting`` (holder: the backend pid of the run holding the lock)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,7 +323,9 @@ def _lock_holder(conn: Any) -> int | None:
 
 
 @contextmanager
-def ingest_lock(conn: Any, *, wait: bool = True) -> Iterator[None]:
+def ingest_lock(
+    conn: Any, *, wait: bool = True, progress: ProgressCallback | None = None
+) -> Iterator[None]:
     """Hold the ingestion advisory lock (session level) for the block.
 
     ``wait=False``: raise :class:`PgkbError` at once if another run holds it. The lock is
@@ -335,6 +337,8 @@ def ingest_lock(conn: Any, *, wait: bool = True) -> Iterator[None]:
         holder = _lock_holder(conn)
         if holder is not None:
             log.warning("another ingestion (backend pid %s) is running; waiting for it", holder)
+            if progress:
+                progress("waiting", {"holder": holder})
         conn.execute("SELECT pg_advisory_lock(%s)", (INGEST_LOCK_KEY,))
     else:
         row = conn.execute("SELECT pg_try_advisory_lock(%s)", (INGEST_LOCK_KEY,)).fetchone()
@@ -393,9 +397,10 @@ def ingest_documents(
     """
     report = IngestReport()
     started = time.perf_counter()
-    model_id, chunker = _prepare_model(conn, embedder, settings)
-    fingerprint = chunker.fingerprint()
-    with ingest_lock(conn, wait=wait):
+    Chunker.from_settings(settings, embedder)  # ConfigError before touching the database
+    with ingest_lock(conn, wait=wait, progress=progress):
+        model_id, chunker = _prepare_model(conn, embedder, settings)
+        fingerprint = chunker.fingerprint()
         stored = _stored_shas(conn)
         writer = _Writer(conn, embedder, model_id, settings.embedding_batch_size, report, progress)
         for doc in documents:
@@ -600,41 +605,39 @@ def ingest_paths(
         scan = scan_paths(paths)
     embedder = embedder or get_embedder(settings)
     max_bytes = int(settings.max_file_mb * 1_000_000)
-    with connection(settings) as conn:
+    Chunker.from_settings(settings, embedder)  # ConfigError before touching the database
+    with connection(settings) as conn, ingest_lock(conn, wait=wait, progress=progress):
         model_id, chunker = _prepare_model(conn, embedder, settings)
         fingerprint = chunker.fingerprint()
-        with ingest_lock(conn, wait=wait):
-            for source, reason in scan.failures:
-                report.fail(source, reason)
-            report.files_seen = len(scan.files) + len(scan.failures)
-            if progress:
-                progress("scanned", {"files": [str(f) for f in scan.files]})
-            stored = _stored_shas(conn)
-            writer = _Writer(
-                conn, embedder, model_id, settings.embedding_batch_size, report, progress
-            )
-            try:
-                for path in scan.files:
-                    source = str(path)
-                    prepared = _prepare_file(
-                        path, source, stored, fingerprint, chunker, category, meta, max_bytes,
-                        report,
-                    )  # fmt: skip
-                    if progress:
-                        status = "unchanged" if prepared is None else "parsed"
-                        progress("file", {"source": source, "status": status})
-                    if prepared is not None:
-                        writer.add(prepared)
-                writer.flush()
-            except PgkbError as exc:
-                if isinstance(exc, ConfigError | DatabaseError):
-                    raise
-                report.aborted = str(exc)
-                log.error("run stopped: %s", exc)
-            if prune and not report.aborted:
-                with report.phase("prune"):
-                    report.pruned = _prune(conn, scan)
-            _analyze(conn, report)
+        for source, reason in scan.failures:
+            report.fail(source, reason)
+        report.files_seen = len(scan.files) + len(scan.failures)
+        if progress:
+            progress("scanned", {"files": [str(f) for f in scan.files]})
+        stored = _stored_shas(conn)
+        writer = _Writer(conn, embedder, model_id, settings.embedding_batch_size, report, progress)
+        try:
+            for path in scan.files:
+                source = str(path)
+                prepared = _prepare_file(
+                    path, source, stored, fingerprint, chunker, category, meta, max_bytes,
+                    report,
+                )  # fmt: skip
+                if progress:
+                    status = "unchanged" if prepared is None else "parsed"
+                    progress("file", {"source": source, "status": status})
+                if prepared is not None:
+                    writer.add(prepared)
+            writer.flush()
+        except PgkbError as exc:
+            if isinstance(exc, ConfigError | DatabaseError):
+                raise
+            report.aborted = str(exc)
+            log.error("run stopped: %s", exc)
+        if prune and not report.aborted:
+            with report.phase("prune"):
+                report.pruned = _prune(conn, scan)
+        _analyze(conn, report)
     report.seconds["total"] = time.perf_counter() - started
     return report
 

@@ -112,3 +112,10 @@ def test_chunk_size_beyond_the_model_input_is_a_config_error(
     assert info.value.hint == "set PGKB_CHUNK_TOKENS to at most 254"
     with pytest.raises(ConfigError):
         Chunker.from_settings(Settings(chunk_tokens=300, chunk_overlap=10), tokenizer_only)
+
+
+def test_an_input_limit_above_what_the_model_reads_is_a_config_error() -> None:
+    embedder = LocalEmbedder(max_input_tokens=512)
+    assert embedder.model_max_tokens == 256  # from sentence_bert_config.json, no torch
+    with pytest.raises(ConfigError, match=r"exceeds what .* reads \(256 tokens\)"):
+        check_chunk_size(Settings(chunk_tokens=400, embedding_max_input_tokens=512), embedder)

@@ -46,6 +46,15 @@ def summary_line(data: dict[str, Any]) -> str:
     )
 
 
+def _say_waiting(event: str, info: dict[str, Any]) -> None:
+    if event == "waiting":
+        click.echo(
+            f"another pgkb ingest (backend pid {info['holder']}) is running; waiting for it "
+            "(--no-wait to exit instead)",
+            err=True,
+        )
+
+
 class _Bar:
     """A click progress bar over the files, fed by ingest's progress events."""
 
@@ -55,7 +64,9 @@ class _Bar:
         self.chunks = 0
 
     def __call__(self, event: str, info: dict[str, Any]) -> None:
-        if event == "scanned":
+        if event == "waiting":
+            _say_waiting(event, info)
+        elif event == "scanned":
             self.bar = click.progressbar(
                 length=len(info["files"]),
                 label="ingesting",
@@ -143,7 +154,7 @@ def ingest(
             meta=parse_meta(meta),
             prune=prune,
             wait=wait,
-            progress=bar,
+            progress=bar or _say_waiting,
         )
     finally:
         if bar is not None:
