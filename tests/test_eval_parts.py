@@ -193,9 +193,10 @@ def test_chunk_hits_dedupe_to_documents_and_fill_ten() -> None:
         calls.append(limit)
         return chunks[:limit]
 
-    docs, _hits = ranked_documents(retrieve, "q", [0.0], "hybrid")
+    docs, first = ranked_documents(retrieve, "q", [0.0], "hybrid", 20)
     assert docs == [f"/d/{i}.html" for i in range(10)]
-    assert calls == [30, 60]
+    assert calls == [20, 40]
+    assert len(first) == 20
     assert dedupe_documents([{"source_uri": "a"}, {"source_uri": "a"}, {"source_uri": "b"}]) == [
         "a",
         "b",

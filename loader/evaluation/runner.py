@@ -29,7 +29,7 @@ from loader.settings import Settings
 MODES = ("vector", "keyword", "hybrid")
 DEPTH = 10
 """Documents ranked per query: MRR and nDCG are computed at 10."""
-FIRST_LIMIT = 30
+FIRST_LIMIT = 20
 MAX_LIMIT = 400
 
 Retrieve = Callable[[str, Sequence[float], str, int], Sequence[Any]]
@@ -93,15 +93,31 @@ def dedupe_documents(hits: Sequence[Any]) -> list[str]:
 
 
 def ranked_documents(
-    retrieve: Retrieve, text: str, embedding: Sequence[float], mode: str
+    retrieve: Retrieve,
+    text: str,
+    embedding: Sequence[float],
+    mode: str,
+    first_limit: int = FIRST_LIMIT,
 ) -> tuple[list[str], list[Any]]:
-    """Document ranking of one query through ``mode``: asks for chunks until DEPTH documents."""
-    limit = FIRST_LIMIT
+    """Document ranking of one query through ``mode``, and the hits of the first request.
+
+    The first request asks for ``first_limit`` chunks (the runner passes the configured
+    candidates per retriever, so the top of the ranking is exactly what the configured pipeline
+    returns). While those chunks hold fewer than DEPTH documents and more may exist, it asks
+    for twice as many and appends the documents it had not seen, keeping the first order.
+    """
+    limit = max(1, first_limit)
+    docs: list[str] = []
+    first_hits: list[Any] | None = None
     while True:
         hits = list(retrieve(text, embedding, mode, limit))
-        docs = dedupe_documents(hits)
+        if first_hits is None:
+            first_hits = hits
+        for uri in dedupe_documents(hits):
+            if uri not in docs:
+                docs.append(uri)
         if len(docs) >= DEPTH or len(hits) < limit or limit >= MAX_LIMIT:
-            return docs[:DEPTH], hits
+            return docs[:DEPTH], first_hits
         limit *= 2
 
 
@@ -128,6 +144,9 @@ def run_queries(
 ) -> list[QueryResult]:
     """Retrieve and score every query through every mode; collect the abstention signals."""
     results: list[QueryResult] = []
+    first_limit = max(
+        settings.match_count, min(settings.vector_candidates, settings.keyword_candidates)
+    )
     started = time.monotonic()
     last_report = started
     for index, query in enumerate(queries, start=1):
@@ -138,7 +157,7 @@ def run_queries(
         hybrid_hits: list[Any] = []
         for mode in modes:
             t0 = time.perf_counter()
-            docs, hits = ranked_documents(retrieve, query.text, embedding, mode)
+            docs, hits = ranked_documents(retrieve, query.text, embedding, mode, first_limit)
             latency[mode] = (time.perf_counter() - t0) * 1000
             if mode == "hybrid":
                 hybrid_hits = hits[: settings.match_count]

@@ -1,0 +1,132 @@
+"""``pgkb eval``: measured retrieval quality, on our questions or on a BEIR dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from loader.cli import App, emit_json, pass_app
+
+
+@click.command("eval")
+@click.option(
+    "--questions",
+    "questions_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Question file (JSON list of {id, question, kind, sources}); "
+    "default: eval/questions.json.",
+)
+@click.option(
+    "--corpus",
+    type=click.Path(path_type=Path),
+    help="Folder (or file) the questions are about, ingested first; default: the bundled sample.",
+)
+@click.option(
+    "--beir",
+    "beir_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Evaluate on a BEIR dataset folder instead (corpus.jsonl, queries.jsonl, qrels.tsv), "
+    "ingested into its own database pgkb_beir_<dataset>_<model> on the same server.",
+)
+@click.option(
+    "--split", default="test", show_default=True, help="BEIR qrels/<split>.tsv when no qrels.tsv."
+)
+@click.option("--k", "k", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Cut-off of recall@k (MRR and nDCG are at 10).")  # fmt: skip
+@click.option(
+    "--calibrate",
+    is_flag=True,
+    help="Derive the abstention rule from the questions and store it in kb.settings.",
+)
+@click.option(
+    "--holdout",
+    "holdout_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Held-out questions, reported beside the main set (default with the bundled "
+    "questions: eval/questions-holdout.json).",
+)
+@click.option(
+    "--max-false-flags",
+    type=click.FloatRange(0, 1),
+    default=0.05,
+    show_default=True,
+    help="With --calibrate: the largest share of answerable questions the rule may flag.",
+)
+@click.option(
+    "--max-queries",
+    type=click.IntRange(1),
+    help="With --beir: evaluate only the first N judged queries.",
+)
+@click.option("--no-ingest", is_flag=True, help="Evaluate what the knowledge base holds as is.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@pass_app
+def eval_command(
+    app: App,
+    questions_file: Path | None,
+    corpus: Path | None,
+    beir_dir: Path | None,
+    split: str,
+    k: int,
+    calibrate: bool,
+    holdout_file: Path | None,
+    max_false_flags: float,
+    max_queries: int | None,
+    no_ingest: bool,
+    as_json: bool,
+) -> None:
+    """Run retrieval only (no generation) for every question through the vector, keyword and
+    hybrid retrievers; report recall@k, MRR@10 and nDCG@10 overall and per kind, and the
+    abstention gate's hit rates. Progress goes to stderr.
+
+    \b
+    pgkb eval                              # bundled questions over the bundled sample corpus
+    pgkb eval --calibrate                  # ... and recompute the abstention rule
+    pgkb eval --questions q.json --corpus ./docs
+    pgkb eval --beir ../datasets/scifact --json
+    """
+    from loader.errors import PgkbError
+    from loader.evaluation.harness import evaluate_beir, evaluate_questions
+    from loader.evaluation.questions import default_holdout_file, default_questions_file
+    from loader.evaluation.report import render
+
+    settings = app.settings()
+
+    def progress(message: str) -> None:
+        click.echo(message, err=True)
+
+    if beir_dir is not None:
+        if questions_file or corpus or calibrate or holdout_file:
+            raise PgkbError(
+                "--beir cannot be combined with --questions, --corpus, --calibrate or --holdout",
+                hint="run the BEIR evaluation and the question evaluation separately",
+            )
+        report = evaluate_beir(
+            settings,
+            folder=beir_dir,
+            split=split,
+            k=k,
+            max_queries=max_queries,
+            progress=progress,
+        )
+    else:
+        bundled = questions_file is None
+        questions = questions_file or default_questions_file()
+        holdout = holdout_file
+        if holdout is None and bundled and corpus is None and default_holdout_file().is_file():
+            holdout = default_holdout_file()
+        report = evaluate_questions(
+            settings,
+            questions_file=questions,
+            corpus=corpus,
+            k=k,
+            do_calibrate=calibrate,
+            holdout_file=holdout,
+            max_false_positive_rate=max_false_flags,
+            ingest=not no_ingest,
+            progress=progress,
+        )
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(render(report))

@@ -1,0 +1,420 @@
+"""What ``pgkb eval`` does end to end: ingest, retrieve, score, calibrate, report.
+
+- :func:`evaluate_questions`: a question file over a corpus folder (default: the bundled sample),
+  ingested into the configured knowledge base (unchanged documents are skipped by content hash).
+- :func:`evaluate_beir`: a BEIR dataset, ingested into its own database on the same server
+  (``pgkb_beir_<dataset>_<model>``, created and migrated on first use), so it never mixes with
+  the user's knowledge base; a re-run reuses what is already there.
+
+Both return a JSON-ready report (see ``loader.evaluation.report`` for the table).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from loader.abstention import AbstentionRule, load_rule, save_rule
+from loader.errors import PgkbError
+from loader.evaluation.beir import BeirDataset, load_beir
+from loader.evaluation.calibrate import Sample, calibrate, rule_rates
+from loader.evaluation.questions import Question, load_questions, unmatched_sources
+from loader.evaluation.runner import (
+    MODES,
+    EvalQuery,
+    QueryResult,
+    abstention_summary,
+    aggregate,
+    apply_abstention,
+    per_query,
+    run_queries,
+)
+from loader.settings import Settings
+
+Progress = Callable[[str], None]
+RERANKER_NOTE = "not run: pgkb has no reranker configured (none is implemented yet)"
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def parameters(settings: Settings) -> dict[str, Any]:
+    """The settings that shape retrieval, recorded beside every figure."""
+    return {
+        "embedding_model": settings.embedding_model,
+        "embedding_dims": settings.embedding_dims,
+        "chunk_tokens": settings.chunk_tokens,
+        "chunk_overlap": settings.chunk_overlap,
+        "vector_candidates": settings.vector_candidates,
+        "keyword_candidates": settings.keyword_candidates,
+        "rrf_k": settings.rrf_k,
+        "vector_weight": settings.vector_weight,
+        "keyword_weight": settings.keyword_weight,
+        "match_count": settings.match_count,
+        "min_similarity": settings.min_similarity,
+        "keyword_ranking": settings.keyword_ranking,
+    }
+
+
+def _retriever(conn: psycopg.Connection[Any], settings: Settings) -> Any:
+    from loader.search import search
+
+    def retrieve(text: str, embedding: Sequence[float], mode: str, limit: int) -> list[Any]:
+        return list(
+            search(conn, text, embedding, settings=settings, mode=mode, limit=limit)  # type: ignore[arg-type]
+        )
+
+    return retrieve
+
+
+def _samples(results: Sequence[QueryResult]) -> list[Sample]:
+    return [
+        Sample(r.query.id, r.signals, not r.query.answerable)
+        for r in results
+        if r.signals is not None
+    ]
+
+
+def _ingest_corpus(settings: Settings, corpus: Path, progress: Progress) -> dict[str, Any]:
+    from loader.ingest import ingest_paths
+
+    if not corpus.exists():
+        raise PgkbError(
+            f"corpus {corpus} does not exist",
+            hint="pass --corpus with a folder of documents (default: the bundled sample)",
+        )
+    progress(f"ingesting {corpus} (unchanged documents are skipped)")
+    started = time.monotonic()
+    report = ingest_paths(settings, [corpus])
+    summary = _report_dict(report)
+    summary["seconds"] = round(time.monotonic() - started, 1)
+    progress(f"ingestion done in {summary['seconds']} s: {_short(summary)}")
+    failed = summary.get("failed")
+    if failed:
+        progress(f"warning: {failed if isinstance(failed, int) else len(failed)} documents failed")
+    return summary
+
+
+def _create_schema_if_missing(settings: Settings, progress: Progress) -> None:
+    """A database without the kb schema gets it (one that is behind is left to the user)."""
+    from loader.db import connect, current_revision, database_url
+    from loader.migrate import upgrade
+
+    url = database_url(settings)
+    conn = connect(url, register=False)
+    try:
+        revision = current_revision(conn)
+    finally:
+        conn.close()
+    if revision is None:
+        progress("the database has no kb schema yet: creating it (pgkb db upgrade)")
+        upgrade(url)
+
+
+def _report_dict(report: Any) -> dict[str, Any]:
+    if hasattr(report, "to_dict"):
+        data = report.to_dict()
+    elif hasattr(report, "__dataclass_fields__"):
+        import dataclasses
+
+        data = dataclasses.asdict(report)
+    else:
+        data = dict(vars(report)) if hasattr(report, "__dict__") else {"report": str(report)}
+    return {k: v for k, v in data.items() if not isinstance(v, list | dict) or len(str(v)) < 2000}
+
+
+def _short(summary: dict[str, Any]) -> str:
+    keys = [k for k, v in summary.items() if isinstance(v, int) and k != "seconds"]
+    return ", ".join(f"{k} {summary[k]}" for k in keys) or "done"
+
+
+def _evaluate_items(
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    items: Sequence[EvalQuery],
+    *,
+    k: int,
+    abstention: bool,
+    progress: Progress,
+) -> list[QueryResult]:
+    from loader.embedding import get_embedder
+
+    embedder = get_embedder(settings)
+    return run_queries(
+        conn,
+        settings,
+        items,
+        embed_query=embedder.embed_query,
+        retrieve=_retriever(conn, settings),
+        k=k,
+        abstention=abstention,
+        progress=progress,
+    )
+
+
+def evaluate_questions(
+    settings: Settings,
+    *,
+    questions_file: Path,
+    corpus: Path | None,
+    k: int = 5,
+    do_calibrate: bool = False,
+    holdout_file: Path | None = None,
+    max_false_positive_rate: float = 0.05,
+    ingest: bool = True,
+    progress: Progress = _quiet,
+) -> dict[str, Any]:
+    """The eval over a question file; with ``do_calibrate`` also derives and stores the rule."""
+    from loader.db import connection
+    from loader.resources import sample_corpus_dir
+
+    questions = load_questions(questions_file)
+    holdout = load_questions(holdout_file) if holdout_file else None
+    corpus_dir = corpus or sample_corpus_dir()
+    if ingest:
+        _create_schema_if_missing(settings, progress)
+    ingestion = _ingest_corpus(settings, corpus_dir, progress) if ingest else None
+
+    with connection(settings) as conn:
+        uris = [row[0] for row in conn.execute("SELECT source_uri FROM kb.documents")]
+        conn.rollback()
+        if not uris:
+            raise PgkbError(
+                "the knowledge base holds no documents to evaluate",
+                hint="check --corpus, or run `pgkb ingest` first",
+            )
+        missing = unmatched_sources([*questions, *(holdout or [])], uris)
+        for name in missing:
+            progress(f"warning: expected source {name} matches no stored document")
+
+        progress(f"running {len(questions)} questions through {', '.join(MODES)}")
+        items = [EvalQuery.from_question(q) for q in questions]
+        results = _evaluate_items(conn, settings, items, k=k, abstention=True, progress=progress)
+        holdout_results: list[QueryResult] | None = None
+        if holdout:
+            progress(f"running {len(holdout)} held-out questions")
+            holdout_items = [EvalQuery.from_question(q) for q in holdout]
+            holdout_results = _evaluate_items(
+                conn, settings, holdout_items, k=k, abstention=True, progress=progress
+            )
+
+        calibration: dict[str, Any] | None = None
+        if do_calibrate:
+            rule, fitted = calibrate(
+                _samples(results), max_false_positive_rate=max_false_positive_rate
+            )
+            calibration = {"rule": rule.describe(), "calibration_set": fitted}
+            if holdout_results is not None:
+                calibration["holdout"] = rule_rates(rule, _samples(holdout_results))
+            rule = AbstentionRule(
+                rule.clauses,
+                source="calibrated",
+                calibration={
+                    **fitted,
+                    "questions_file": str(questions_file),
+                    "holdout": calibration.get("holdout"),
+                    "parameters": parameters(settings),
+                },
+            )
+            save_rule(conn, rule)
+            conn.commit()
+            progress(f"calibrated abstention rule stored in kb.settings: {rule.describe()}")
+        else:
+            rule = load_rule(conn, settings)
+            conn.rollback()
+
+    apply_abstention(results, rule)
+    report: dict[str, Any] = {
+        "kind": "questions",
+        "questions_file": str(questions_file),
+        "corpus": str(corpus_dir),
+        "documents": len(uris),
+        "questions": len(questions),
+        "answerable": sum(q.answerable for q in questions),
+        "unanswerable": sum(not q.answerable for q in questions),
+        "k": k,
+        "parameters": parameters(settings),
+        "ingestion": ingestion,
+        "retrievers": aggregate(results, k),
+        "reranked": RERANKER_NOTE,
+        "abstention": abstention_summary(results, rule),
+        "missing_sources": missing,
+        "per_question": per_query(results),
+    }
+    if holdout_results is not None and holdout_file is not None:
+        apply_abstention(holdout_results, rule)
+        report["holdout"] = {
+            "questions_file": str(holdout_file),
+            "questions": len(holdout_results),
+            "retrievers": aggregate(holdout_results, k),
+            "abstention": abstention_summary(holdout_results, rule),
+            "per_question": per_query(holdout_results),
+        }
+    if calibration is not None:
+        report["calibration"] = calibration
+    return report
+
+
+def questions_of(questions: Sequence[Question]) -> list[EvalQuery]:
+    return [EvalQuery.from_question(q) for q in questions]
+
+
+# --- BEIR -------------------------------------------------------------------------------------
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+def beir_database_name(dataset: BeirDataset, settings: Settings) -> str:
+    """``pgkb_beir_<dataset>_<model>_<dims>``, within PostgreSQL's 63-byte identifier limit."""
+    model = _slug(settings.embedding_model.rsplit("/", 1)[-1])
+    name = f"pgkb_beir_{dataset.name}_{model}_{settings.embedding_dims}"
+    if len(name) > 63:
+        import hashlib
+
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = name[:54] + "_" + digest
+    return name
+
+
+def _with_dbname(url: str, dbname: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+def ensure_beir_database(settings: Settings, name: str, progress: Progress) -> str:
+    """The URL of database ``name`` on the configured server, created and migrated if needed."""
+    from psycopg import sql
+
+    from loader.db import connect, database_url
+    from loader.migrate import upgrade
+
+    base = database_url(settings)
+    admin = connect(base, autocommit=True, register=False)
+    try:
+        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            progress(f"creating database {name} for the benchmark")
+            try:
+                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            except psycopg.errors.InsufficientPrivilege:
+                raise PgkbError(
+                    f"cannot create the benchmark database {name}: permission denied",
+                    hint=f"create it once (CREATE DATABASE {name}) or grant CREATEDB",
+                ) from None
+    finally:
+        admin.close()
+    url = _with_dbname(base, name)
+    upgrade(url)
+    return url
+
+
+def ingest_beir(settings: Settings, dataset: BeirDataset, progress: Progress) -> dict[str, Any]:
+    """Ingest the corpus into ``settings``' database: one document per entry, ``_id`` as its
+    source_uri, the title as its title (the chunker puts it before every chunk's text).
+
+    Unchanged entries (same content hash) are skipped, so a re-run costs a read of the file.
+    """
+    from loader.db import connection
+    from loader.embedding import get_embedder
+    from loader.ingest import SourceDocument, ingest_documents
+
+    embedder = get_embedder(settings)
+    total = dataset.corpus_size()
+    started = time.monotonic()
+    state = {"read": 0, "embedded": 0, "last": started}
+
+    def report_progress(force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - state["last"] >= 5:
+            state["last"] = now
+            progress(
+                f"ingesting: read {state['read']}/{total} documents, embedded "
+                f"{state['embedded']} chunks ({now - started:.0f} s)"
+            )
+
+    def on_event(event: str, info: dict[str, Any]) -> None:
+        if event == "embedded":
+            state["embedded"] += int(info.get("count", 0))
+            report_progress()
+
+    def documents() -> Iterator[Any]:
+        for doc in dataset.documents():
+            state["read"] += 1
+            report_progress()
+            yield SourceDocument(
+                source_uri=doc.id,
+                title=doc.title or doc.id,
+                text=doc.text or doc.title,
+                metadata={"beir_dataset": dataset.name},
+            )
+
+    progress(f"ingesting {total} documents of {dataset.name} (unchanged ones are skipped)")
+    with connection(settings) as conn:
+        report = ingest_documents(conn, documents(), embedder, settings, progress=on_event)
+    report_progress(force=True)
+    summary = _report_dict(report)
+    failed = summary.get("failed") or []
+    if failed:
+        progress(f"warning: {len(failed)} documents failed, e.g. {failed[0]}")
+    summary["documents"] = total
+    summary["wall_seconds"] = round(time.monotonic() - started, 1)
+    return summary
+
+
+def evaluate_beir(
+    settings: Settings,
+    *,
+    folder: Path,
+    split: str = "test",
+    k: int = 5,
+    max_queries: int | None = None,
+    progress: Progress = _quiet,
+) -> dict[str, Any]:
+    """The eval over a BEIR dataset, in its own database."""
+    from loader.db import connection
+
+    dataset = load_beir(folder, split)
+    name = beir_database_name(dataset, settings)
+    url = ensure_beir_database(settings, name, progress)
+    beir_settings = settings.replace(database_url=url)
+    ingestion = ingest_beir(beir_settings, dataset, progress)
+
+    query_ids = list(dataset.queries)
+    if max_queries is not None:
+        query_ids = query_ids[:max_queries]
+    items = [
+        EvalQuery(qid, dataset.queries[qid], "beir", dataset.qrels[qid], suffix_match=False)
+        for qid in query_ids
+    ]
+    progress(f"running {len(items)} queries through {', '.join(MODES)}")
+    with connection(beir_settings) as conn:
+        results = _evaluate_items(
+            conn, beir_settings, items, k=k, abstention=False, progress=progress
+        )
+    retrievers = aggregate(results, k)
+    for entry in retrievers.values():
+        entry.pop("by_kind", None)
+    return {
+        "kind": "beir",
+        "dataset": dataset.name,
+        "path": str(dataset.path),
+        "qrels": str(dataset.qrels_file),
+        "database": name,
+        "documents": ingestion.get("documents"),
+        "queries": len(items),
+        "k": k,
+        "parameters": parameters(settings),
+        "ingestion": ingestion,
+        "retrievers": retrievers,
+        "reranked": RERANKER_NOTE,
+    }
