@@ -249,6 +249,9 @@ def quickstart(app: App) -> None:
 from loader.commands.ask import ask  # noqa: E402
 
 cli.add_command(ask)
+from loader.commands.eval import eval_command  # noqa: E402
+
+cli.add_command(eval_command)
 from loader.commands.ingest import ingest  # noqa: E402
 
 cli.add_command(ingest)

@@ -191,3 +191,35 @@ def embedder() -> Any:
     model = get_embedder(Settings())  # the defaults: no config file, no environment
     model.embed_query("warm up")  # load now, not inside the first test's timing
     return model
+
+
+@pytest.fixture(scope="session")
+def sample_kb(
+    pg_url: str, template_db: str, embedder: Any, tmp_path_factory: Any
+) -> Iterator[Settings]:
+    """Settings of a knowledge base holding the bundled sample corpus, ingested once per session
+    with the real local model (for ``@pytest.mark.model`` tests: the eval baseline, acceptance).
+    """
+    from loader.ingest import ingest_paths
+    from loader.resources import sample_corpus_dir
+
+    name = f"pgkb_sample_{uuid.uuid4().hex[:8]}"
+    url = create_database(pg_url, name, template=template_db)
+    settings = Settings(database_url=url, data_dir=tmp_path_factory.mktemp("sample-kb"))
+    try:
+        report = ingest_paths(settings, [sample_corpus_dir()], embedder=embedder)
+        assert report.exit_code == 0, report.to_dict()
+        yield settings
+    finally:
+        drop_database(pg_url, name)
+
+
+@pytest.fixture(scope="session")
+def sample_eval(sample_kb: Settings) -> dict[str, Any]:
+    """The eval report of eval/questions.json over the sample corpus (run once per session)."""
+    from loader.evaluation.harness import evaluate_questions
+    from loader.evaluation.questions import default_questions_file
+
+    return evaluate_questions(
+        sample_kb, questions_file=default_questions_file(), corpus=None, ingest=False
+    )
