@@ -255,6 +255,9 @@ cli.add_command(eval_command)
 from loader.commands.ingest import ingest  # noqa: E402
 
 cli.add_command(ingest)
+from loader.commands.search import search  # noqa: E402
+
+cli.add_command(search)
 
 
 def main() -> None:  # pragma: no cover - console script entry point

@@ -195,7 +195,7 @@ def search(
         with conn.cursor(row_factory=class_row(SearchHit)) as cur:
             cur.execute(statement, params, prepare=False)
             hits = cur.fetchall()
-    except (psycopg.errors.DataException, psycopg.errors.NoDataFound) as exc:
+    except (psycopg.DataError, psycopg.errors.NoDataFound) as exc:
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
             conn.rollback()
         message = exc.diag.message_primary or str(exc)

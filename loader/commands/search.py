@@ -1,0 +1,114 @@
+"""``pgkb search``: the best chunks for a query, as a table or JSON (kb.hybrid_search)."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from loader.cli import App
+    from loader.search import SearchHit
+
+SNIPPET_CHARS = 160
+
+
+def snippet(text: str, width: int = SNIPPET_CHARS) -> str:
+    """The text on one line, cut at a word boundary to ``width`` characters."""
+    flat = " ".join(text.split())
+    return textwrap.shorten(flat, width=width, placeholder=" ...") if flat else ""
+
+
+def render_table(hits: list[SearchHit], mode: str) -> str:
+    """A readable table: rank, score, title, source, then the snippet on its own line."""
+    lines = []
+    for rank, hit in enumerate(hits, start=1):
+        legs = []
+        if hit.vector_rank is not None:
+            legs.append(f"vector #{hit.vector_rank} sim {hit.vector_similarity:.3f}")
+        if hit.keyword_rank is not None:
+            legs.append(f"keyword #{hit.keyword_rank} score {hit.keyword_score:.3f}")
+        where = hit.source_uri + (f"  [{hit.heading_path}]" if hit.heading_path else "")
+        lines.append(f"{rank:>2}. {hit.score:.4f}  {hit.title}")
+        lines.append(f"    {where}")
+        lines.append(f"    chunk {hit.chunk_index} · {', '.join(legs)}")
+        lines.append("    " + snippet(hit.content))
+        lines.append("")
+    header = f"{len(hits)} result(s), {mode} search"
+    return header + "\n\n" + "\n".join(lines).rstrip()
+
+
+@click.command()
+@click.argument("query", nargs=-1, required=True)
+@click.option(
+    "--limit",
+    "-n",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Results to return (default: match_count, 5).",
+)
+@click.option("--category", help="Only documents of this category.")
+@click.option(
+    "--doc",
+    "doc_ids",
+    multiple=True,
+    metavar="ID",
+    help="Only this document (its uuid); repeat for several.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["hybrid", "vector", "keyword"]),
+    default="hybrid",
+    show_default=True,
+    help="Which retriever(s) to use.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of result objects.")
+@click.pass_obj
+def search(
+    app: App,
+    query: tuple[str, ...],
+    limit: int | None,
+    category: str | None,
+    doc_ids: tuple[str, ...],
+    mode: str,
+    as_json: bool,
+) -> None:
+    """Search the knowledge base for QUERY and print the best chunks.
+
+    Hybrid mode embeds QUERY with the active embedding model and fuses the vector and keyword
+    rankings (kb.hybrid_search); keyword mode needs no model. Quote phrases ("write ahead log"),
+    exclude words with -word.
+    """
+    from loader.cli import emit_json
+    from loader.db import connection
+    from loader.errors import PgkbError
+    from loader.search import search as run_search
+
+    settings = app.settings()
+    text = " ".join(query).strip()
+    if not text:
+        raise PgkbError("the search query is empty", hint='pgkb search "how do I ..."')
+    embedding: list[float] | None = None
+    if mode != "keyword":
+        from loader.embedding import get_embedder
+
+        embedding = get_embedder(settings).embed_query(text)
+    with connection(settings) as conn:
+        hits = run_search(
+            conn,
+            text,
+            embedding,
+            settings=settings,
+            mode=mode,  # type: ignore[arg-type]
+            limit=limit,
+            category=category,
+            document_ids=list(doc_ids) or None,
+        )
+    if as_json:
+        data: list[dict[str, Any]] = [hit.to_dict() for hit in hits]
+        emit_json(data)
+    elif not hits:
+        click.echo("no results", err=True)
+    else:
+        click.echo(render_table(hits, mode))
