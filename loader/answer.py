@@ -818,15 +818,15 @@ def answer_question(
         reason = decision.reason if decision.abstain else "retrieval found nothing"
         return abstained_answer(conn, question, passages, reason, decision.signals)
 
-    budget = settings.chat_context_tokens - ANSWER_RESERVE_TOKENS - estimate_tokens(SYSTEM_RULES)
-    budget -= estimate_tokens(truncate_question(question, settings.chat_context_tokens // 4))
-    context = expand_with_neighbours(conn, passages, budget // 2)
-    context = fit_passages(context, budget)
-
     if client is None:
         return fallback_answer(
             conn, question, passages, mode="extractive", hint=CONFIGURE_HINT, notes=[]
         )
+
+    budget = settings.chat_context_tokens - ANSWER_RESERVE_TOKENS - estimate_tokens(SYSTEM_RULES)
+    budget -= estimate_tokens(truncate_question(question, settings.chat_context_tokens // 4))
+    context = expand_with_neighbours(conn, passages, budget // 2)
+    context = fit_passages(context, budget)
 
     messages = build_messages(question, context, context_tokens=settings.chat_context_tokens)
     try:

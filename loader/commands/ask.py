@@ -119,7 +119,8 @@ def _print(answer: Any, *, show_context: bool, streamed: str) -> None:
     if streamed:
         click.echo()
         if streamed.strip() != answer.answer:
-            click.secho("\nChecked answer:", bold=True)
+            label = "Checked answer:" if answer.mode == "model" else "The retrieved passages:"
+            click.secho(f"\n{label}", bold=True)
             click.echo(answer.answer)
     else:
         click.echo(answer.answer)
