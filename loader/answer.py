@@ -210,6 +210,17 @@ def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", text).casefold().rstrip(".")
 
 
+_SECTION_NUMBER = re.compile(r"^(?:\d+|[a-z])(?:\.\d+)*\.\s+")
+_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
+
+
+def _title_keys(title: str) -> list[str]:
+    """Ways a reply may write ``title``: as is, and without a leading section number."""
+    key = _norm(title)
+    short = _SECTION_NUMBER.sub("", key)
+    return [key, short] if short and short != key else [key]
+
+
 def is_idk(text: str | None) -> bool:
     """Is ``text`` the answer "I don't know" (apostrophes, case, trailing punctuation aside)?"""
     if text is None:
@@ -235,12 +246,17 @@ def check_citations(reply: str | None, passages: Sequence[Passage]) -> CheckedRe
     A citation is ``[Title]`` (several may share one bracket, separated by ``;``); it may also
     name a passage's ``source_uri``. Brackets inside code (backticks) are left alone.
     """
+    if reply is not None:
+        reply = _THINK.sub("", reply).strip()  # reasoning models' scratchpad is no answer
     if reply is None or is_idk(reply):
         return CheckedReply(IDK, True, [], [])
     by_key: dict[str, str] = {}
     for p in passages:
         by_key.setdefault(_norm(p.title), p.title)
         by_key.setdefault(_norm(p.source_uri), p.title)
+    for p in passages:  # "[Index Types]" for "11.2. Index Types" (first title wins a tie)
+        for key in _title_keys(p.title)[1:]:
+            by_key.setdefault(key, p.title)
     by_key.pop("", None)
 
     cited: list[str] = []
@@ -275,6 +291,8 @@ def check_citations(reply: str | None, passages: Sequence[Passage]) -> CheckedRe
     if not cited:
         note = 'the reply cites no retrieved source, so it is treated as "I don\'t know"'
         return CheckedReply(IDK, True, [], removed, note)
+    if is_idk(_BRACKET.sub("", answer)):  # "I don't know [Title]" is still "I don't know"
+        return CheckedReply(IDK, True, [], removed)
     return CheckedReply(answer, False, cited, removed)
 
 

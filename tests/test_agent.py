@@ -425,3 +425,26 @@ def test_ask_agent_for_other_programs(
     assert result["citations"][0]["document_id"] == corpus["Index Types"]
     assert isinstance(result["related_documents"], list)
     assert MODEL  # the hand-made model the corpus uses
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["index " * 20_000, "nul\x00 index ]] [[ \"'; --", "\U0001f418 index?"],
+    ids=["100KB", "nul-and-quotes", "unicode"],
+)
+def test_any_question_gets_an_agent_answer_not_a_crash(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+    question: str,
+) -> None:
+    fake_openai.script(
+        "/v1/chat/completions",
+        call("search_chunks", {"query": question[:5000]}),
+        chat_reply("B-tree [Index Types]."),
+    )
+    answer = agent(conn, kb_settings, question)
+    assert answer.answer
+    for request in chats(fake_openai):
+        assert len(json.dumps(request.body)) < kb_settings.chat_context_tokens * 4

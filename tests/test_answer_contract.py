@@ -240,3 +240,24 @@ def test_openai_without_a_key_is_a_configuration_error() -> None:
         load_settings(env={}, chat_model="llama3.1", chat_base_url="http://localhost:11434/v1")
     )
     assert local.model == "llama3.1"
+
+
+def test_a_title_may_be_cited_without_its_section_number() -> None:
+    numbered = [Passage("d3", "11.2. Index Types", "/docs/indexes-types.html", 0, "B-tree.")]
+    checked = check_citations("B-tree [Index Types].", numbered)
+    assert checked.cited_titles == ["11.2. Index Types"]
+    assert checked.answer == "B-tree [11.2. Index Types]."
+    assert check_citations("B-tree [11.2 Index Types].", numbered).abstained
+
+
+def test_a_reasoning_scratchpad_is_not_the_answer() -> None:
+    reply = "<think>Maybe [Oracle Docs] says so?</think>\nB-tree is the default [Index Types]."
+    checked = check_citations(reply, PASSAGES)
+    assert checked.answer == "B-tree is the default [Index Types]."
+    assert checked.removed_citations == []
+    assert check_citations("<think>the chunks say nothing</think>I don't know", PASSAGES).abstained
+
+
+def test_i_dont_know_with_a_citation_is_still_i_dont_know() -> None:
+    checked = check_citations("I don't know [Index Types].", PASSAGES)
+    assert checked.abstained and checked.answer == IDK and checked.cited_titles == []

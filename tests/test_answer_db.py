@@ -426,3 +426,22 @@ def test_any_question_gets_an_answer_not_a_crash(
     assert conn.execute("SELECT count(*) FROM kb.documents").fetchone() == (3,)
     for request in chat_requests(fake_openai):
         assert len(request.body["messages"][1]["content"]) < kb_settings.chat_context_tokens * 3
+
+
+def test_graph_neighbours_of_cited_documents_are_related(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    conn.execute(
+        "INSERT INTO kb.document_relations (source_id, target_id, relation_type) "
+        "VALUES (%s, %s, 'supplements')",
+        (corpus["VACUUM"], corpus["Index Types"]),
+    )
+    conn.commit()
+    fake_openai.script("/v1/chat/completions", chat_reply("B-tree [Index Types]."))
+    answer = ask(conn, kb_settings, "Which index type is the default?")
+    related = {d.title: d.relation for d in answer.related_documents}
+    assert related["VACUUM"] == "supplements"
+    assert "Index Types" not in related  # cited, so not listed again
