@@ -159,3 +159,31 @@ def test_bad_input_gets_a_clean_message(env: dict[str, str]) -> None:
     assert "Traceback" not in openai_without_key.output
     bad_steps = run({**env, "PGKB_AGENT_MAX_STEPS": "0"}, "--agent", ANSWERABLE)
     assert bad_steps.exit_code == 2 and "agent_max_steps" in bad_steps.stderr
+
+
+def test_a_streamed_reply_is_followed_by_the_checked_answer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from loader.answer import Answer, Passage
+    from loader.commands.ask import _print
+
+    passage = Passage("d1", "Index Types", "/kb/indexes-types.md", 1, "B-tree...", 0.03)
+    checked = Answer(
+        question="q",
+        answer="B-tree [Index Types].",
+        abstained=False,
+        mode="model",
+        citations=[passage],
+        related_documents=[],
+        removed_citations=["Wikipedia"],
+        notes=["removed citations of sources that were not retrieved: [Wikipedia]"],
+    )
+    _print(checked, show_context=False, streamed="B-tree [Index Types] [Wikipedia].")
+    out, err = capsys.readouterr()
+    assert "Checked answer:\nB-tree [Index Types].\n" in out
+    assert "[Wikipedia]" in err
+    unchanged = Answer("q", "B-tree [Index Types].", False, "model", [passage], [])
+    _print(unchanged, show_context=False, streamed="B-tree [Index Types].")
+    out, _ = capsys.readouterr()
+    # the streamed text is already on the terminal: nothing is repeated
+    assert "Checked answer" not in out and "B-tree [Index Types]." not in out
