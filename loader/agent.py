@@ -520,21 +520,21 @@ class Toolbox:
                 f"{end if end is not None else info.chunk_count - 1}"
             )
             tokens = records[0].get("range_tokens")
-            out["outline"] = [
-                {
-                    "chunk_start": r["chunk_index"],
-                    "chunk_end": r["last_chunk_index"],
-                    "heading": r.get("heading_path") or "",
-                    "tokens": r.get("token_count"),
-                }
-                for r in records
-            ]
+            outline, left_out = _outline(records, budget)
+            out["outline"] = outline
             out["message"] = (
                 f"{span} ({tokens} tokens) does not fit the remaining context budget of "
-                f"about {budget} tokens, so here is its outline instead; call read_document "
-                "again with a smaller chunk_start..chunk_end range, choosing the section you "
-                f"need (chunks 0..{info.chunk_count - 1})"
+                f"about {budget} tokens, so here is its outline instead (chunk ranges: "
+                "heading, tokens); call read_document again with a smaller "
+                "chunk_start..chunk_end range, choosing the section you need "
+                f"(chunks 0..{info.chunk_count - 1})"
             )
+            if left_out:
+                out["message"] += (
+                    f"; the outline itself was cut: {left_out} more section(s) after chunk "
+                    f"{records[len(outline) - 1]['last_chunk_index']}, read a range from there "
+                    "to see their outline"
+                )
         else:
             out["message"] = "no chunk in that range"
         if notes:
@@ -604,6 +604,23 @@ class Toolbox:
             self.graph_documents.append(
                 RelatedDocument(str(doc_id), str(title), str(uri), relation)
             )
+
+
+def _outline(records: Sequence[Mapping[str, Any]], budget: int) -> tuple[list[str], int]:
+    """One line per section ("0-9: Heading > Sub (730 tokens)"), as many as fit ``budget``."""
+    lines: list[str] = []
+    used = 0
+    for record in records:
+        first, last = record["chunk_index"], record["last_chunk_index"]
+        span = f"{first}" if first == last else f"{first}-{last}"
+        heading = record.get("heading_path") or "(no heading)"
+        line = f"{span}: {heading} ({record.get('token_count')} tokens)"
+        cost = estimate_tokens(line) + 2
+        if len(lines) >= 3 and used + cost > budget - 150:
+            break
+        lines.append(line)
+        used += cost
+    return lines, len(records) - len(lines)
 
 
 def _unknown_keys(args: Mapping[str, Any], allowed: set[str]) -> list[str]:

@@ -270,10 +270,10 @@ def test_reading_a_document_that_does_not_fit_returns_its_outline(
     (whole,) = tool_results(requests[1])
     assert whole["status"] == "outline" and "chunks" not in whole
     assert whole["chunk_count"] == 30
-    assert [(o["chunk_start"], o["chunk_end"]) for o in whole["outline"]] == [
-        (0, 9),
-        (10, 19),
-        (20, 29),
+    assert [line.split(" (")[0] for line in whole["outline"]] == [
+        "0-9: Checkpoint Tuning > Part 1",
+        "10-19: Checkpoint Tuning > Part 2",
+        "20-29: Checkpoint Tuning > Part 3",
     ]
     assert "does not fit the remaining context budget" in whole["message"]
     # 75% of the 4,096-token window minus what the conversation already used
@@ -448,3 +448,20 @@ def test_any_question_gets_an_agent_answer_not_a_crash(
     assert answer.answer
     for request in chats(fake_openai):
         assert len(json.dumps(request.body)) < kb_settings.chat_context_tokens * 4
+
+
+def test_an_outline_too_long_for_the_budget_is_cut() -> None:
+    from loader.agent import _outline
+
+    records = [
+        {"chunk_index": i, "last_chunk_index": i, "heading_path": f"Part {i}", "token_count": 50}
+        for i in range(200)
+    ]
+    lines, left_out = _outline(records, budget=400)
+    assert lines[0] == "0: Part 0 (50 tokens)"
+    assert 3 <= len(lines) < 200 and left_out == 200 - len(lines)
+    assert _outline(records[:5], budget=10) == ([f"{i}: Part {i} (50 tokens)" for i in range(3)], 2)
+    assert _outline(records, budget=100_000) == (
+        [f"{i}: Part {i} (50 tokens)" for i in range(200)],
+        0,
+    )

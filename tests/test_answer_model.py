@@ -135,3 +135,59 @@ def test_against_a_chat_server_the_contract_holds_and_citations_are_checked(
     assert RULE_IDK in system and RULE_UNSUPPORTED in system
     assert f"title: {title}\nsource_uri: " in user
     assert user.count("--- chunk ---") == user.count("\ntitle: ") + user.startswith("title: ")
+
+
+def test_the_agent_reads_a_real_page_through_its_outline(
+    manual_db: tuple[dict[str, str], dict[str, str]],
+    embedder: Any,
+    fake_openai: FakeOpenAI,
+) -> None:
+    from loader.agent import run_agent
+    from loader.answer import ChatClient
+    from loader.db import connection
+    from tests.fake_openai import tool_call
+
+    titles, env = manual_db
+    title = titles["sql-createindex.html"]
+    settings = load_settings(
+        env={},
+        database_url=env["PGKB_DATABASE_URL"],
+        data_dir=env["PGKB_DATA_DIR"],
+        chat_base_url=fake_openai.base_url,
+        chat_model="fake-chat",
+        chat_max_retries=0,
+    )
+    with connection(settings) as conn:
+        (doc_id,) = conn.execute(
+            "SELECT id::text FROM kb.documents WHERE title = %s", (title,)
+        ).fetchone() or (None,)
+        fake_openai.script(
+            "/v1/chat/completions",
+            chat_reply(None, [tool_call("read_document", {"document_id": doc_id}, "a")]),
+            chat_reply(
+                None,
+                [
+                    tool_call(
+                        "search_chunks",
+                        {"query": "two scans of the table", "document_ids": [doc_id]},
+                        "b",
+                    )
+                ],
+            ),
+            chat_reply(f"It scans the table twice [{title}]."),
+        )
+        answer = run_agent(
+            conn,
+            settings,
+            "What does the CONCURRENTLY option of CREATE INDEX do?",
+            embedder=embedder,
+            client=ChatClient(settings),
+        )
+    requests = fake_openai.requests_to("/v1/chat/completions")
+    whole = json.loads(requests[1].body["messages"][-1]["content"])
+    assert whole["status"] == "outline" and whole["chunk_count"] > 20
+    assert "Building Indexes Concurrently" in " ".join(whole["outline"])
+    scoped = json.loads(requests[2].body["messages"][-1]["content"])
+    assert {r["title"] for r in scoped["results"]} == {title}
+    assert any("two scans of the table" in r["content"] for r in scoped["results"])
+    assert answer.mode == "agent" and answer.answer == f"It scans the table twice [{title}]."
