@@ -188,7 +188,8 @@ def evaluate(
 
 
 KEYWORD = """SELECT source_uri FROM kb.keyword_search(%s, 100, keyword_ranking => %s,
-             bm25_k1 => %s, bm25_b => %s, heading_weight => %s) ORDER BY rank"""
+             bm25_k1 => %s, bm25_b => %s, heading_weight => %s, max_postings => %s)
+             ORDER BY rank"""
 VECTOR = "SELECT source_uri FROM kb.vector_search(%s, 100) ORDER BY rank"
 HYBRID = """SELECT source_uri FROM kb.hybrid_search(%s, %s, match_count => 100,
             vector_candidates => %s, keyword_candidates => %s) ORDER BY score DESC"""
@@ -225,7 +226,14 @@ def cmd_keyword(args: argparse.Namespace) -> None:
                 KEYWORD,
                 queries,
                 qrels,
-                lambda _q, t, r=ranking: (t, r, args.k1[0], args.b[0], args.heading[0]),
+                lambda _q, t, r=ranking: (
+                    t,
+                    r,
+                    args.k1[0],
+                    args.b[0],
+                    args.heading[0],
+                    args.max_postings or None,
+                ),
             )
             _print(f"keyword {ranking}", m)
 
@@ -244,7 +252,14 @@ def cmd_grid(args: argparse.Namespace) -> None:
                         KEYWORD,
                         queries,
                         qrels,
-                        lambda _q, t, k1=k1, b=b, h=h: (t, "bm25", k1, b, h),
+                        lambda _q, t, k1=k1, b=b, h=h: (
+                            t,
+                            "bm25",
+                            k1,
+                            b,
+                            h,
+                            args.max_postings or None,
+                        ),
                     )
                     _print(f"bm25 k1={k1} b={b} heading={h}", m)
 
@@ -263,7 +278,14 @@ def cmd_eval(args: argparse.Namespace) -> None:
                 KEYWORD,
                 queries,
                 qrels,
-                lambda _q, t, r=ranking: (t, r, args.k1[0], args.b[0], args.heading[0]),
+                lambda _q, t, r=ranking: (
+                    t,
+                    r,
+                    args.k1[0],
+                    args.b[0],
+                    args.heading[0],
+                    args.max_postings or None,
+                ),
             )
             _print(f"keyword {ranking}", m)
         _print("vector", evaluate(conn, VECTOR, queries, qrels, lambda q, _t: (vectors[q],)))
@@ -272,11 +294,69 @@ def cmd_eval(args: argparse.Namespace) -> None:
             _print(f"hybrid RRF k=60, {cands}+{cands} candidates", m)
 
 
+def rrf(
+    vec: list[tuple[int, str]], kw: list[tuple[int, str]], cands: int, k: int, wv: float, wk: float
+) -> list[str]:
+    """kb.hybrid_search's fusion replayed in Python on the two legs' rankings (chunk id, doc)."""
+    score: dict[int, float] = {}
+    best: dict[int, int] = {}
+    doc: dict[int, str] = {}
+    for weight, ranking in ((wv, vec[:cands]), (wk, kw[:cands])):
+        for rank, (chunk, source) in enumerate(ranking, start=1):
+            score[chunk] = score.get(chunk, 0.0) + weight / (k + rank)
+            best[chunk] = min(best.get(chunk, rank), rank)
+            doc[chunk] = source
+    order = sorted(score, key=lambda c: (-score[c], best[c], c))
+    return [doc[c] for c in order]
+
+
+def cmd_fusion(args: argparse.Namespace) -> None:
+    """RRF settings compared on cached leg rankings (the SQL fusion is golden-tested)."""
+    from pgvector.psycopg import register_vector
+
+    _, queries, qrels = read_dataset(args.dataset)
+    vectors = _query_vectors(args, queries)
+    legs: dict[str, tuple[list[tuple[int, str]], list[tuple[int, str]]]] = {}
+    with psycopg.connect(server_url(args.db)) as conn:
+        register_vector(conn)
+        for qid, text in queries.items():
+            vec = conn.execute(
+                "SELECT chunk_id, source_uri FROM kb.vector_search(%s, 100) ORDER BY rank",
+                (vectors[qid],),
+            ).fetchall()
+            kw = conn.execute(
+                "SELECT chunk_id, source_uri FROM kb.keyword_search(%s, 100, "
+                "bm25_k1 => %s, bm25_b => %s) ORDER BY rank",
+                (text, args.k1[0], args.b[0]),
+            ).fetchall()
+            legs[qid] = (vec, kw)
+    _header()
+    for cands in (20, 40, 100):
+        for k in (60, 20, 5):
+            for wk in (1.0, 1.5, 2.0):
+                rows: dict[str, list[float]] = {
+                    "ndcg@10": [],
+                    "recall@5": [],
+                    "recall@100": [],
+                    "mrr@10": [],
+                }
+                for qid, (vec, kw) in legs.items():
+                    ranked = rrf(vec, kw, cands, k, 1.0, wk)
+                    rel = qrels[qid]
+                    rows["ndcg@10"].append(ndcg_at_k(ranked, rel, 10))
+                    rows["recall@5"].append(recall_at_k(ranked, rel, 5))
+                    rows["recall@100"].append(recall_at_k(ranked, rel, 100))
+                    rows["mrr@10"].append(mrr_at_k(ranked, rel, 10))
+                m = {key: statistics.fmean(v) for key, v in rows.items()}
+                m["p50_ms"] = 0.0
+                _print(f"rrf cands={cands} k={k} kw_weight={wk}", m)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=["load", "embed", "keyword", "grid", "eval"])
+    parser.add_argument("command", choices=["load", "embed", "keyword", "grid", "eval", "fusion"])
     parser.add_argument("--dataset", type=Path, default=DATASET)
     parser.add_argument("--db", default="pgkb_scifact")
     parser.add_argument("--cache", type=Path, default=CACHE)
@@ -284,6 +364,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--b", type=_floats, default=[0.75])
     parser.add_argument("--heading", type=_floats, default=[1.0])
     parser.add_argument("--limit", type=int, default=0, help="first N queries only")
+    parser.add_argument(
+        "--max-postings", type=int, default=5000, help="kb.keyword_search's bound (0: none)"
+    )
     args = parser.parse_args(argv)
     {
         "load": cmd_load,
@@ -291,6 +374,7 @@ def main(argv: list[str] | None = None) -> None:
         "keyword": cmd_keyword,
         "grid": cmd_grid,
         "eval": cmd_eval,
+        "fusion": cmd_fusion,
     }[args.command](args)
 
 

@@ -1,7 +1,7 @@
 -- kb.keyword_search(query_text text, match_count integer DEFAULT 20, filters jsonb DEFAULT '{}',
 --                   document_ids uuid[] DEFAULT NULL, keyword_ranking text DEFAULT 'bm25',
 --                   bm25_k1 double precision DEFAULT 1.2, bm25_b double precision DEFAULT 0.75,
---                   heading_weight double precision DEFAULT 1.0)
+--                   heading_weight double precision DEFAULT 1.0, max_postings integer DEFAULT 5000)
 --   -> TABLE (chunk_id, document_id, title, source_uri, chunk_index, heading_path, content,
 --             rank integer, score double precision, strict_match boolean)
 --
@@ -9,11 +9,13 @@
 -- Candidates are the chunks containing ANY positive lexeme of the question (OR semantics:
 -- natural-language questions rarely contain all their words); chunks containing a -negated
 -- word are dropped. Ranking, best first:
---   1. chunks matching the strict websearch_to_tsquery query (every word, "quoted phrases" as
---      phrases; so exact identifiers such as "40P01" or maintenance_work_mem find their pages
---      first), then the others;
---   2. among those, chunks whose text holds every identifier-like word of the query as a whole
---      word (work_mem, not maintenance_work_mem; see kb.search_query), then the others;
+--   1. when the text asks for exact matching (a "quoted phrase", or an identifier-like word such
+--      as 40P01, pg_dump or maintenance_work_mem; see kb.search_query), the chunks matching the
+--      strict websearch_to_tsquery query (every word, phrases as phrases) come first, so such
+--      queries find their pages first; natural-language questions skip this step (on SciFact
+--      it cost 0.005 nDCG@10);
+--   2. then chunks whose text holds every underscore identifier of the query as a whole word
+--      (work_mem, not maintenance_work_mem, which the parser splits into the same lexemes);
 --   3. within each group, by score:
 --      keyword_ranking 'bm25' (default): Okapi BM25 over chunk statistics kept by ingestion
 --        (kb.term_stats, kb.corpus_stats):
@@ -24,7 +26,13 @@
 --          avgdl = sum of df over kb.term_stats / N (= the average of length(tsv));
 --      keyword_ranking 'ts_rank': PostgreSQL's ts_rank(tsv, OR-query) (no IDF, no length norm);
 --   4. ties by chunk_id.
--- rank counts from 1. filters: see kb.search_filters (category, metadata, source); document_ids
+-- Work bound: every candidate's tsv is read, so when the query's lexemes together occur in more
+-- than max_postings chunks (sum of their df), the most common lexemes (highest df first) stop
+-- generating candidates until the rest fit; they still count in every candidate's score, and
+-- the rarest lexeme always generates. A chunk holding only such common words scores little.
+-- NULL = no bound.
+-- strict_match tells whether the chunk matches the strict query (whatever the ranking did with
+-- it). rank counts from 1. filters: see kb.search_filters (category, metadata, source); document_ids
 -- restricts to those documents. Any query_text returns rows or no rows, never an error; an
 -- unknown keyword_ranking or filter key raises. Reads only (STABLE).
 CREATE OR REPLACE FUNCTION kb.keyword_search(
@@ -35,7 +43,8 @@ CREATE OR REPLACE FUNCTION kb.keyword_search(
     keyword_ranking text DEFAULT 'bm25',
     bm25_k1 double precision DEFAULT 1.2,
     bm25_b double precision DEFAULT 0.75,
-    heading_weight double precision DEFAULT 1.0)
+    heading_weight double precision DEFAULT 1.0,
+    max_postings integer DEFAULT 5000)
 RETURNS TABLE (
     chunk_id bigint,
     document_id uuid,
@@ -60,6 +69,7 @@ DECLARE
     avgdl double precision;
     use_bm25 boolean;
     filtered boolean;
+    candidate_query tsquery;
     all_lexemes text[];
 BEGIN
     IF keyword_ranking IS NULL OR keyword_ranking NOT IN ('bm25', 'ts_rank') THEN
@@ -85,6 +95,18 @@ BEGIN
     all_lexemes := q.lexemes || coalesce(q.negated, '{}');
     filtered := f.category IS NOT NULL OR f.metadata IS NOT NULL OR f.source_pattern IS NOT NULL;
     SELECT greatest(s.chunk_count, 1)::double precision INTO n_chunks FROM kb.corpus_stats s;
+    -- the lexemes that generate candidates: rarest first, while their postings fit max_postings
+    SELECT string_agg('''' || replace(replace(t.lexeme, '\', '\\'), '''', '''''') || '''', ' | ')::tsquery
+      INTO candidate_query
+      FROM (SELECT l.lexeme, coalesce(ts.df, 0) AS df,
+                   sum(coalesce(ts.df, 0)) OVER (ORDER BY coalesce(ts.df, 0), l.lexeme) AS running
+              FROM unnest(q.lexemes) AS l(lexeme)
+              LEFT JOIN kb.term_stats ts ON ts.lexeme = l.lexeme) t
+     WHERE max_postings IS NULL OR t.running <= max_postings
+        OR t.running = t.df;  -- the rarest lexeme always generates
+    IF candidate_query IS NULL THEN
+        candidate_query := q.any_query;
+    END IF;
     IF use_bm25 THEN
         -- average chunk length in distinct lexemes: sum of df over all lexemes = sum of length(tsv)
         SELECT greatest(coalesce(sum(ts.df), 1), 1)::double precision / n_chunks INTO avgdl
@@ -109,7 +131,7 @@ BEGIN
                CASE WHEN NOT use_bm25 THEN ts_rank(c.tsv, q.any_query)::double precision END AS plain_rank,
                c.heading_path, c.content
           FROM kb.chunks c
-         WHERE c.tsv @@ q.any_query
+         WHERE c.tsv @@ candidate_query
            AND (document_ids IS NULL OR c.document_id = ANY (document_ids))
            AND (NOT filtered OR EXISTS (
                    SELECT 1 FROM kb.documents d
@@ -143,9 +165,10 @@ BEGIN
     ),
     ranked AS (
         SELECT s.id, s.score, s.strict,
-               row_number() OVER (ORDER BY s.strict DESC, s.exact DESC, s.score DESC, s.id)::integer AS rank
+               row_number() OVER (ORDER BY s.strict AND q.strict_first DESC, s.exact DESC, s.score DESC,
+                                  s.id)::integer AS rank
           FROM scored s
-         ORDER BY s.strict DESC, s.exact DESC, s.score DESC, s.id
+         ORDER BY s.strict AND q.strict_first DESC, s.exact DESC, s.score DESC, s.id
          LIMIT match_count
     )
     SELECT c.id, c.document_id, d.title, d.source_uri, c.chunk_index, c.heading_path, c.content,
@@ -157,14 +180,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION kb.keyword_search(text, integer, jsonb, uuid[], text, double precision, double precision, double precision) IS
+COMMENT ON FUNCTION kb.keyword_search(text, integer, jsonb, uuid[], text, double precision, double precision, double precision, integer) IS
 'Keyword retriever: OR-of-lexemes candidates, strict websearch_to_tsquery matches first, then BM25 (k1, b, IDF from kb.term_stats) or ts_rank; rank from 1, ties by chunk_id. Never errors on any query text.';
 
-REVOKE ALL ON FUNCTION kb.keyword_search(text, integer, jsonb, uuid[], text, double precision, double precision, double precision) FROM PUBLIC;
+REVOKE ALL ON FUNCTION kb.keyword_search(text, integer, jsonb, uuid[], text, double precision, double precision, double precision, integer) FROM PUBLIC;
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
-        GRANT EXECUTE ON FUNCTION kb.keyword_search(text, integer, jsonb, uuid[], text, double precision, double precision, double precision) TO kb_reader;
+        GRANT EXECUTE ON FUNCTION kb.keyword_search(text, integer, jsonb, uuid[], text, double precision, double precision, double precision, integer) TO kb_reader;
     END IF;
 END
 $$;

@@ -1,6 +1,6 @@
 -- kb.search_query(query_text text)
 --   -> (strict_query tsquery, any_query tsquery, lexemes text[], excluded tsquery, negated text[],
---       identifiers text[])
+--       identifiers text[], strict_first boolean)
 --
 -- Parses a user's search text once, for kb.keyword_search. Never raises, whatever the text:
 --   strict_query  websearch_to_tsquery('english', text): "quoted phrases" as phrases, -word as
@@ -10,10 +10,14 @@
 --   lexemes       those lexemes, distinct, in order of first appearance, at most 64;
 --   excluded      the OR of the lexemes the text negates with -word (NULL when none);
 --   negated       those negated lexemes (at most 64);
---   identifiers   the words that look like identifiers, as written (letters, digits and '_',
---                 with a '_' or both letters and digits: work_mem, 40P01, pg_dump), at most 16:
---                 the parser splits maintenance_work_mem into three lexemes, so kb.keyword_search
---                 matches them against the text itself to put exact occurrences first.
+--   identifiers   the words joined by underscores, as written (work_mem, pg_stat_activity), at
+--                 most 16: the parser splits maintenance_work_mem into three lexemes, so
+--                 kb.keyword_search matches them against the text itself to rank exact
+--                 occurrences (work_mem, not maintenance_work_mem) first;
+--   strict_first  true when the text asks for exact matching: a "quoted phrase", or a word that
+--                 looks like an identifier (with '_', or with both letters and digits: 40P01,
+--                 pg_dump); kb.keyword_search then ranks the strict_query matches first.
+--                 Natural-language questions without either are ranked by score alone.
 -- The text is cut to its first 20,000 characters (a query is not a document).
 CREATE OR REPLACE FUNCTION kb.search_query(
     query_text text,
@@ -22,7 +26,8 @@ CREATE OR REPLACE FUNCTION kb.search_query(
     OUT lexemes text[],
     OUT excluded tsquery,
     OUT negated text[],
-    OUT identifiers text[])
+    OUT identifiers text[],
+    OUT strict_first boolean)
 LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
@@ -31,13 +36,16 @@ SET client_min_messages = warning
 AS $$
 BEGIN
     strict_query := websearch_to_tsquery('english'::regconfig, left(coalesce(query_text, ''), 20000));
-    SELECT (array_agg(w.word ORDER BY w.first_seen))[1:16] INTO identifiers
+    SELECT (array_agg(w.word ORDER BY w.first_seen) FILTER (WHERE w.word ~ '[A-Za-z0-9]_[A-Za-z0-9]'))[1:16],
+           coalesce(bool_or(true), false)
+      INTO identifiers, strict_first
       FROM (SELECT m[1] AS word, min(n) AS first_seen
               FROM regexp_matches(left(coalesce(query_text, ''), 20000), '[A-Za-z0-9_]+', 'g')
                    WITH ORDINALITY AS r(m, n)
              WHERE length(m[1]) BETWEEN 2 AND 100
-               AND (m[1] ~ '[A-Za-z0-9]_|_[A-Za-z0-9]' OR (m[1] ~ '[0-9]' AND m[1] ~ '[A-Za-z]'))
+               AND (m[1] ~ '[A-Za-z0-9]_[A-Za-z0-9]' OR (m[1] ~ '[0-9]' AND m[1] ~ '[A-Za-z]'))
              GROUP BY m[1]) w;
+    strict_first := strict_first OR position('"' IN left(coalesce(query_text, ''), 20000)) > 0;
     IF strict_query IS NULL OR numnode(strict_query) = 0 THEN
         strict_query := NULL;
         RETURN;
@@ -68,4 +76,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.search_query(text) IS
-'Parses search text (never raises): websearch_to_tsquery strict query, OR-of-lexemes query, the positive lexemes (max 64), the negated ones as a query and an array, and identifier-like words as written.';
+'Parses search text (never raises): websearch_to_tsquery strict query, OR-of-lexemes query, the positive lexemes (max 64), the negated ones as a query and an array, underscore identifiers as written, and whether strict matches go first.';

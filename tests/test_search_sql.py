@@ -244,6 +244,30 @@ def test_negated_words_exclude_chunks(conn: psycopg.Connection[Any], golden: Cor
     assert [r["chunk_id"] for r in got] == [golden.ids[3]]
 
 
+def test_max_postings_drops_only_the_most_common_words_from_candidates(
+    conn: psycopg.Connection[Any], golden: Corpus
+) -> None:
+    # df: 'deadlock' 1 chunk (0), 'memori' 2 chunks (2, 3)
+    c = golden.ids
+    query = "deadlock memory"
+    unbounded = rows(
+        conn, "SELECT chunk_id, score FROM kb.keyword_search(%s, max_postings => NULL)", (query,)
+    )
+    assert sorted(r["chunk_id"] for r in unbounded) == [c[0], c[2], c[3]]
+    bounded = rows(
+        conn, "SELECT chunk_id, score FROM kb.keyword_search(%s, max_postings => 2)", (query,)
+    )
+    assert [r["chunk_id"] for r in bounded] == [c[0]]  # 1 + 2 postings > 2: 'memori' left out
+    assert bounded[0]["score"] == pytest.approx(
+        next(r["score"] for r in unbounded if r["chunk_id"] == c[0])
+    )
+    # the rarest word always generates candidates, even over the bound
+    assert [
+        r["chunk_id"]
+        for r in rows(conn, "SELECT chunk_id FROM kb.keyword_search('memory', max_postings => 1)")
+    ] == [c[2], c[3]]
+
+
 def test_ts_rank_is_selectable(conn: psycopg.Connection[Any], golden: Corpus) -> None:
     got = rows(
         conn,
