@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from loader.cli import App, emit_json, pass_app
+if TYPE_CHECKING:  # loader.cli imports this module: a runtime import would be a cycle
+    from loader.cli import App
 
 
 @click.command("eval")
@@ -60,7 +62,7 @@ from loader.cli import App, emit_json, pass_app
 )
 @click.option("--no-ingest", is_flag=True, help="Evaluate what the knowledge base holds as is.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@pass_app
+@click.pass_obj
 def eval_command(
     app: App,
     questions_file: Path | None,
@@ -85,6 +87,7 @@ def eval_command(
     pgkb eval --questions q.json --corpus ./docs
     pgkb eval --beir ../datasets/scifact --json
     """
+    from loader.cli import emit_json
     from loader.errors import PgkbError
     from loader.evaluation.harness import evaluate_beir, evaluate_questions
     from loader.evaluation.questions import default_holdout_file, default_questions_file

@@ -176,6 +176,16 @@ def evaluate_questions(
 
     questions = load_questions(questions_file)
     holdout = load_questions(holdout_file) if holdout_file else None
+    if do_calibrate:
+        unanswerable = sum(not q.answerable for q in questions)
+        if unanswerable == 0 or unanswerable == len(questions):
+            raise PgkbError(
+                f"cannot calibrate the abstention gate from {questions_file}: it holds "
+                f"{unanswerable} unanswerable and {len(questions) - unanswerable} answerable "
+                "questions, and calibration needs both",
+                hint="add questions of kind 'unanswerable' (sources: []) that share the "
+                "corpus's vocabulary",
+            )
     corpus_dir = corpus or sample_corpus_dir()
     if ingest:
         _create_schema_if_missing(settings, progress)
