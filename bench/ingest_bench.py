@@ -23,6 +23,43 @@ from pathlib import Path
 from typing import Any
 
 
+class HashEmbedder:
+    """The local model's tokenizer with vectors from sha256 instead of the network.
+
+    Chunks are exactly those of the real model (same tokenizer, same sizes); only the vectors
+    are fake. For measuring everything but the model: parsing, chunking, writing, the no-change
+    re-run and what an edit recomputes (``--hash-embedder``).
+    """
+
+    provider = "bench"
+    name = "bench-sha256-embedder"
+
+    def __init__(self, dims: int = 384, max_input_tokens: int = 256) -> None:
+        from loader.embedding import LocalEmbedder
+
+        self._tokens = LocalEmbedder(max_input_tokens=max_input_tokens)
+        self.dims = dims
+        self.max_input_tokens = max_input_tokens
+        self.special_tokens = self._tokens.special_tokens
+
+    def count_tokens(self, text: str) -> int:
+        return self._tokens.count_tokens(text)
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        import hashlib
+
+        vectors = []
+        for text in texts:
+            digest = hashlib.sha256(text.encode()).digest()
+            raw = [(digest[i % 32] - 127.5) / 127.5 + 1e-3 for i in range(self.dims)]
+            norm = sum(v * v for v in raw) ** 0.5
+            vectors.append([v / norm for v in raw])
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed([text])[0]
+
+
 def _fresh_database(args: argparse.Namespace, workdir: Path) -> tuple[str, Any]:
     if args.database_url:
         return args.database_url, None
@@ -107,6 +144,19 @@ def compare_prefix(corpus: Path, questions: Path, k: int = 5) -> int:
     return 0
 
 
+def _log_progress() -> None:
+    """One timestamped line per document on stderr (after Alembic configured logging)."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("loader.ingest")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    logger.disabled = False
+
+
 def main() -> int:
     from loader.resources import sample_corpus_dir
 
@@ -116,16 +166,16 @@ def main() -> int:
     parser.add_argument("--edit-page", default="indexes-types.html")
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument(
+        "--hash-embedder",
+        action="store_true",
+        help="Vectors from sha256 instead of the model: measures all but the model.",
+    )
+    parser.add_argument(
         "--compare-prefix",
         metavar="QUESTIONS_JSON",
         help="Instead: vector recall@5 of the corpus with and without the heading-path prefix.",
     )
     args = parser.parse_args()
-    import logging
-
-    # one line per document on stderr, with a timestamp: progress of a long run is visible
-    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("loader.ingest").setLevel(logging.INFO)
     if args.compare_prefix:
         return compare_prefix(Path(args.corpus), Path(args.compare_prefix))
 
@@ -140,14 +190,20 @@ def main() -> int:
         shutil.copytree(args.corpus, corpus)
         url, server = _fresh_database(args, workdir)
         upgrade(url)
+        _log_progress()
         settings = load_settings(
             database_url=url, data_dir=str(workdir / "data"), embedding_batch_size=args.batch_size
         )
         rows: list[tuple[str, Any]] = []
+        embedder = HashEmbedder() if args.hash_embedder else None
+        if embedder is not None:
+            settings = settings.replace(
+                embedding_provider="openai", embedding_model=embedder.name, embedding_dims=384
+            )
 
         def run(label: str) -> Any:
             started = time.perf_counter()
-            report = ingest_paths(settings, [corpus], prune=True)
+            report = ingest_paths(settings, [corpus], prune=True, embedder=embedder)
             wall = time.perf_counter() - started
             data = report.to_dict()
             print(f"{label}: {data}", file=sys.stderr, flush=True)
@@ -157,7 +213,12 @@ def main() -> int:
         embed_s = first.seconds.get("embed", 0.0)
         rows += [
             ("corpus", f"{args.corpus} ({first.files_seen} files)"),
-            ("model", f"{settings.embedding_provider}:{settings.embedding_model}"),
+            (
+                "model",
+                embedder.name
+                if embedder
+                else f"{settings.embedding_provider}:{settings.embedding_model}",
+            ),
             ("chunk_tokens / overlap", f"{settings.chunk_tokens} / {settings.chunk_overlap}"),
             ("failed files", len(first.failed)),
             ("chunks written", first.chunks_written),

@@ -103,7 +103,9 @@ class Chunker:
         from semchunk.semchunk import chunk as semchunk_chunk
 
         overlap = min(self.chunk_overlap, size // 2) or None
-        pieces = semchunk_chunk(text, size, self._count, memoize=False, overlap=overlap)
+        pieces = semchunk_chunk(
+            text, size, self._count, memoize=True, cache_maxsize=65536, overlap=overlap
+        )
         assert isinstance(pieces, list)
         return [p.strip() for p in pieces if isinstance(p, str) and p.strip()]
 

@@ -174,7 +174,6 @@ _DROP_TAGS = ["script", "style", "noscript", "template", "nav", "iframe", "svg",
 _DROP_SELECTORS = [
     "div.navheader",
     "div.navfooter",
-    "div.toc",
     "[role=navigation]",
     "[aria-hidden=true]",
     "a.indexterm",
@@ -216,9 +215,16 @@ def extract_html(data: bytes) -> Extracted:
 
     body = soup.body or soup
     root = tuple(h for h in (parent, title) if h)
+    # a page's table of contents repeats headings found elsewhere: set aside, unless the page
+    # is nothing but its contents (a chapter's index page), which is then what it says
+    tocs = [toc.extract() for toc in body.select("div.toc")]
     walker = _HtmlWalker(root)
     walker.walk(body)
     walker.flush_section()
+    if not any(s.text for s in walker.sections) and tocs:
+        for toc in tocs:
+            walker.walk(toc)
+        walker.flush_section()
     sections = walker.sections
     if not title:
         first = body.find(list(_HEADINGS))

@@ -30,6 +30,21 @@ def test_postgresql_manual_page_keeps_headings_and_drops_navigation() -> None:
     assert "11.2.1. B-Tree" not in text  # headings live in the path, not twice in the text
 
 
+def test_a_page_that_is_only_a_table_of_contents_keeps_it() -> None:
+    html = b"""<html><head><title>Chapter 67. B-Tree Indexes</title></head><body>
+    <div class="navheader"><a accesskey="u" title="Part VII. Internals">Up</a></div>
+    <div class="chapter"><h2>Chapter 67. B-Tree Indexes</h2>
+    <div class="toc"><dl class="toc"><dt>67.1. Introduction</dt><dt>67.2. Behavior of B-Tree
+    Operator Classes</dt></dl></div></div></body></html>"""
+    result = extract(html, "btree.html")
+    assert [s.heading for s in result.sections] == [
+        "Part VII. Internals > Chapter 67. B-Tree Indexes"
+    ]
+    assert result.sections[0].text == (
+        "67.1. Introduction\n\n67.2. Behavior of B-Tree Operator Classes"
+    )
+
+
 def test_reference_page_nests_sections_under_its_title() -> None:
     path = sample_corpus_dir() / "sql-copy.html"
     result = extract(path.read_bytes(), path)
