@@ -360,12 +360,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dataset", type=Path, default=DATASET)
     parser.add_argument("--db", default="pgkb_scifact")
     parser.add_argument("--cache", type=Path, default=CACHE)
-    parser.add_argument("--k1", type=_floats, default=[1.2])
+    parser.add_argument("--k1", type=_floats, default=[0.9])
     parser.add_argument("--b", type=_floats, default=[0.75])
     parser.add_argument("--heading", type=_floats, default=[1.0])
     parser.add_argument("--limit", type=int, default=0, help="first N queries only")
     parser.add_argument(
-        "--max-postings", type=int, default=5000, help="kb.keyword_search's bound (0: none)"
+        "--max-postings", type=int, default=2000, help="kb.keyword_search's bound (0: none)"
     )
     args = parser.parse_args(argv)
     {

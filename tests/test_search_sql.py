@@ -126,7 +126,7 @@ def cosine(a: list[float], b: list[float]) -> float:
 def python_bm25(
     conn: psycopg.Connection[Any],
     query: str,
-    k1: float = 1.2,
+    k1: float = 0.9,
     b: float = 0.75,
     heading_weight: float = 1.0,
 ) -> dict[int, float]:

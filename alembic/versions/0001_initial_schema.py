@@ -387,8 +387,8 @@ $$;
 """,
     'keyword_search': r"""-- kb.keyword_search(query_text text, match_count integer DEFAULT 20, filters jsonb DEFAULT '{}',
 --                   document_ids uuid[] DEFAULT NULL, keyword_ranking text DEFAULT 'bm25',
---                   bm25_k1 double precision DEFAULT 1.2, bm25_b double precision DEFAULT 0.75,
---                   heading_weight double precision DEFAULT 1.0, max_postings integer DEFAULT 5000)
+--                   bm25_k1 double precision DEFAULT 0.9, bm25_b double precision DEFAULT 0.75,
+--                   heading_weight double precision DEFAULT 1.0, max_postings integer DEFAULT 2000)
 --   -> TABLE (chunk_id, document_id, title, source_uri, chunk_index, heading_path, content,
 --             rank integer, score double precision, strict_match boolean)
 --
@@ -428,10 +428,10 @@ CREATE OR REPLACE FUNCTION kb.keyword_search(
     filters jsonb DEFAULT '{}'::jsonb,
     document_ids uuid[] DEFAULT NULL,
     keyword_ranking text DEFAULT 'bm25',
-    bm25_k1 double precision DEFAULT 1.2,
+    bm25_k1 double precision DEFAULT 0.9,
     bm25_b double precision DEFAULT 0.75,
     heading_weight double precision DEFAULT 1.0,
-    max_postings integer DEFAULT 5000)
+    max_postings integer DEFAULT 2000)
 RETURNS TABLE (
     chunk_id bigint,
     document_id uuid,
