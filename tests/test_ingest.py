@@ -650,3 +650,21 @@ def test_real_model_ingest_of_manual_pages(
     assert best is not None
     assert best[0].endswith("indexes-types.html")
     assert "B-Tree" in best[1]
+
+
+@pytest.mark.slow
+def test_quickstart_ingests_the_sample_corpus(
+    db_url: str, tmp_path: Path, fake_openai: FakeOpenAI, conn: psycopg.Connection[Any]
+) -> None:
+    from loader.resources import sample_corpus_dir
+
+    env = _env(_settings(db_url, tmp_path, fake_openai, chunk_tokens=200, chunk_overlap=32))
+    result = CliRunner().invoke(cli, ["quickstart"], env=env)
+    assert result.exit_code == 0, result.output
+    pages = len(list(sample_corpus_dir().glob("*.html")))
+    assert f"{pages} files: {pages} new" in result.stderr
+    assert f"documents: {pages}" in result.stdout
+    again = CliRunner().invoke(cli, ["quickstart"], env=env)
+    assert again.exit_code == 0, again.output
+    assert f"{pages} unchanged" in again.stderr
+    _check_whole(conn)
