@@ -51,6 +51,7 @@ from loader.answer import (
     check_citations,
     checked_answer,
     default_gate,
+    embed_query,
     estimate_tokens,
     fallback_answer,
     fit_passages,
@@ -370,7 +371,7 @@ class Toolbox:
             if limit != asked:
                 notes.append(f"limit {asked} clamped to {limit} (1..{MAX_SEARCH_LIMIT})")
         document_ids = self._document_ids(args.get("document_ids"))
-        embedding = self.embedder.embed_query(query)
+        embedding = embed_query(self.embedder, query, notes)
         _hits, passages = search_passages(
             self.conn,
             self.settings,
@@ -699,7 +700,24 @@ def run_agent(
     with no chat model configured the answer is extractive, as for ``pgkb ask``.
     """
     question, query_text = prepare_question(question)
-    embedding = embedder.embed_query(query_text)
+    notes: list[str] = []
+    embedding = embed_query(embedder, query_text, notes)
+    answer = _run(conn, settings, question, query_text, embedding, embedder, client, category, gate)
+    answer.notes[:0] = notes
+    return answer
+
+
+def _run(
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    question: str,
+    query_text: str,
+    embedding: Sequence[float] | None,
+    embedder: QueryEmbedder,
+    client: ChatModel | None,
+    category: str | None,
+    gate: Any,
+) -> Answer:
     wide_hits, wide = search_passages(
         conn,
         settings,

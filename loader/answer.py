@@ -827,7 +827,36 @@ def answer_question(
     raise: the answer falls back to the retrieved passages, with a note saying why.
     """
     question, query_text = prepare_question(question)
-    embedding = embedder.embed_query(query_text)
+    notes: list[str] = []
+    embedding = embed_query(embedder, query_text, notes)
+    answer = _answer(
+        conn, settings, question, query_text, embedding, client, category, on_text, gate
+    )
+    answer.notes[:0] = notes
+    return answer
+
+
+def embed_query(embedder: QueryEmbedder, text: str, notes: list[str]) -> Sequence[float] | None:
+    """The query's embedding, or None (keyword-only search) when the embedding model fails."""
+    try:
+        return embedder.embed_query(text)
+    except PgkbError as exc:
+        log.warning("query embedding failed: %s", exc.message)
+        notes.append(f"the embedding model failed ({exc.message}); searched by keywords only")
+        return None
+
+
+def _answer(
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    question: str,
+    query_text: str,
+    embedding: Sequence[float] | None,
+    client: ChatModel | None,
+    category: str | None,
+    on_text: Callable[[str], None] | None,
+    gate: Gate | None,
+) -> Answer:
     hits, passages = search_passages(
         conn, settings, query_text, embedding, limit=settings.match_count, category=category
     )

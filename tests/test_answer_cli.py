@@ -187,3 +187,18 @@ def test_a_streamed_reply_is_followed_by_the_checked_answer(
     out, _ = capsys.readouterr()
     # the streamed text is already on the terminal: nothing is repeated
     assert "Checked answer" not in out and "B-tree [Index Types]." not in out
+
+
+def test_a_dead_embedding_api_degrades_to_keyword_search(env: dict[str, str]) -> None:
+    dead = {
+        **env,
+        "PGKB_EMBEDDING_BASE_URL": "http://127.0.0.1:9/v1",
+        "PGKB_EMBEDDING_MAX_RETRIES": "0",
+    }
+    result = run(dead, ANSWERABLE)
+    assert result.exit_code == 0, result.output
+    assert "[Index Types]" in result.stdout
+    assert "searched by keywords only" in result.stderr
+    agent = run(dead, "--agent", "--json", ANSWERABLE)
+    assert agent.exit_code == 0, agent.output
+    assert "searched by keywords only" in json.loads(agent.stdout)["notes"][0]
