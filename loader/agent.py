@@ -61,6 +61,7 @@ from loader.answer import (
     search_passages,
     truncate_question,
 )
+from loader.errors import PgkbError
 from loader.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -354,6 +355,11 @@ class Toolbox:
             self.conn.rollback()
             detail = (exc.diag.message_primary or str(exc)).strip()
             return _error(f"{name} failed in the database: {detail}")
+        except PgkbError as exc:
+            # e.g. search() refusing an argument: the model can correct it
+            if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                self.conn.rollback()
+            return _error(f"{name} failed: {exc.message}")
         return json.dumps(result, ensure_ascii=False, default=str)
 
     # -- search_chunks ----------------------------------------------------------------------

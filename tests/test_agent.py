@@ -465,3 +465,44 @@ def test_an_outline_too_long_for_the_budget_is_cut() -> None:
         [f"{i}: Part {i} (50 tokens)" for i in range(200)],
         0,
     )
+
+
+RAISING_GRAPH = """
+CREATE FUNCTION kb.explore_graph(document_id uuid, hops integer DEFAULT 1)
+RETURNS TABLE (related_id uuid, title text)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF hops > 3 THEN
+        RAISE EXCEPTION 'hops must be between 1 and 3, got %', hops;
+    END IF;
+    RETURN QUERY SELECT d.id, d.title FROM kb.documents d WHERE d.id = explore_graph.document_id;
+END
+$$;
+"""
+
+
+def test_a_database_error_in_a_tool_is_reported_to_the_model(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    conn.execute(RAISING_GRAPH)
+    conn.commit()
+    doc = corpus["Index Types"]
+    fake_openai.script(
+        "/v1/chat/completions",
+        call("explore_graph", {"document_id": doc, "hops": 9}, "a"),
+        call("explore_graph", {"document_id": doc, "hops": 2}, "b"),
+        chat_reply("B-tree [Index Types]."),
+    )
+    answer = agent(conn, kb_settings)
+    requests = chats(fake_openai)
+    (failed,) = tool_results(requests[1])
+    assert (
+        "explore_graph failed in the database: hops must be between 1 and 3, got 9"
+        in (failed["error"])
+    )
+    _, worked = tool_results(requests[2])
+    assert worked["rows"][0]["title"] == "Index Types"
+    assert answer.mode == "agent" and answer.answer == "B-tree [Index Types]."
