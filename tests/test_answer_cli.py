@@ -202,3 +202,44 @@ def test_a_dead_embedding_api_degrades_to_keyword_search(env: dict[str, str]) ->
     agent = run(dead, "--agent", "--json", ANSWERABLE)
     assert agent.exit_code == 0, agent.output
     assert "searched by keywords only" in json.loads(agent.stdout)["notes"][0]
+
+
+def test_on_a_terminal_the_reply_streams(env: dict[str, str], fake4: FakeOpenAI) -> None:
+    """Run the real console script in a pseudo-terminal: the reply arrives as a stream."""
+    import os
+    import pty
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fake4.script(
+        "/v1/chat/completions", chat_reply("B-tree is the default [Index Types] [Wikipedia].")
+    )
+    leader, follower = pty.openpty()
+    pgkb = Path(sys.executable).with_name("pgkb")
+    process = subprocess.Popen(
+        [str(pgkb), "ask", ANSWERABLE],
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **with_chat(env, fake4)},
+    )
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        output += data
+    _, stderr = process.communicate(timeout=120)
+    os.close(leader)
+    assert process.returncode == 0, stderr.decode()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", output.decode().replace("\r\n", "\n"))
+    assert text.startswith("B-tree is the default [Index Types] [Wikipedia].")
+    assert "Checked answer:\nB-tree is the default [Index Types]." in text
+    assert chats(fake4)[0].body["stream"] is True
+    assert b"[Wikipedia]" in stderr
