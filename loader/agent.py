@@ -847,10 +847,10 @@ def ask_agent(
     embedder = get_embedder(settings)
     client = ChatClient.from_settings(settings)
     with connection(settings) as conn:
+        conn.autocommit = True  # reads only; no transaction open while the model thinks
         answer = run_agent(
             conn, settings, question, embedder=embedder, client=client, category=category
         )
-        conn.rollback()
     return answer.to_json()
 
 

@@ -243,3 +243,23 @@ def test_on_a_terminal_the_reply_streams(env: dict[str, str], fake4: FakeOpenAI)
     assert "Checked answer:\nB-tree is the default [Index Types]." in text
     assert chats(fake4)[0].body["stream"] is True
     assert b"[Wikipedia]" in stderr
+
+
+def test_no_transaction_stays_open_while_the_model_answers(
+    env: dict[str, str], fake4: FakeOpenAI, db_url: str
+) -> None:
+    seen: list[int] = []
+
+    def reply(request: Any) -> Any:
+        with psycopg.connect(db_url) as probe:
+            row = probe.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state LIKE 'idle in transaction%%' AND pid <> pg_backend_pid()"
+            ).fetchone()
+            seen.append(row[0] if row else -1)
+        return chat_reply("B-tree [Index Types].")
+
+    fake4.script("/v1/chat/completions", reply, reply)
+    assert run(with_chat(env, fake4), ANSWERABLE).exit_code == 0
+    assert run(with_chat(env, fake4), "--agent", ANSWERABLE).exit_code == 0
+    assert seen == [0, 0]

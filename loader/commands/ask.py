@@ -81,6 +81,8 @@ def ask(
         click.echo(piece, nl=False)
 
     with connection(settings) as conn:
+        # reads only: autocommit, so no transaction stays open while the model thinks
+        conn.autocommit = True
         if agent:
             answer = run_agent(
                 conn, settings, text, embedder=embedder, client=client, category=category
@@ -95,7 +97,6 @@ def ask(
                 category=category,
                 on_text=on_text if streaming else None,
             )
-        conn.rollback()
 
     if as_json:
         emit_json(answer.to_json(show_context=show_context))
