@@ -587,12 +587,14 @@ def expand_with_neighbours(
 
     A hit's previous and next chunk are merged into it (the answer often runs across a chunk
     boundary) for the ``expand_top`` best hits, as long as the whole context stays within
-    ``budget_tokens``; hits of one document that touch or overlap become one passage, so no
-    text is sent twice.
+    ``budget_tokens``. Passages of one document whose chunk ranges touch or overlap become one
+    passage over the union of their ranges, joined by ``kb.merge_neighbors`` (which drops the
+    chunker's overlap), so no text is sent twice.
     """
     used = sum(estimate_tokens(p.content) for p in passages)
-    expanded: list[Passage] = []
+    items: list[tuple[Passage, int]] = []  # (passage, chunk_index of its hit)
     for rank, passage in enumerate(passages):
+        hit_index = passage.chunk_index
         if rank < expand_top and passage.chunk_id is not None and used < budget_tokens:
             row = conn.execute(
                 _NEIGHBOURS_SQL, {"chunk_id": passage.chunk_id, "before": 1, "after": 1}
@@ -605,39 +607,43 @@ def expand_with_neighbours(
                     passage = dataclasses.replace(
                         passage, content=text, chunk_index=first, chunk_end=last
                     )
-        expanded.append(passage)
-    return _merge_same_document(expanded)
+        items.append((passage, hit_index))
 
-
-def _merge_same_document(passages: Sequence[Passage]) -> list[Passage]:
-    merged: list[Passage] = []
-    for passage in passages:
-        for i, earlier in enumerate(merged):
-            if earlier.document_id != passage.document_id:
-                continue
-            if passage.chunk_index <= earlier.last_index + 1 and (
-                earlier.chunk_index <= passage.last_index + 1
+    merged: list[tuple[Passage, int]] = []
+    for passage, hit_index in items:
+        for i, (earlier, earlier_hit) in enumerate(merged):
+            if earlier.document_id != passage.document_id or not (
+                passage.chunk_index <= earlier.last_index + 1
+                and earlier.chunk_index <= passage.last_index + 1
             ):
-                if passage.chunk_index >= earlier.chunk_index:
-                    first, second = earlier, passage
-                else:
-                    first, second = passage, earlier
-                if second.last_index <= first.last_index:
-                    content = first.content
-                else:
-                    content = _join_overlapping(first.content, second.content)
-                start = min(earlier.chunk_index, passage.chunk_index)
-                end = max(earlier.last_index, passage.last_index)
-                merged[i] = dataclasses.replace(
-                    earlier,
-                    content=content,
-                    chunk_index=start,
-                    chunk_end=end if end != start else None,
-                )
-                break
+                continue
+            merged[i] = (_union(conn, earlier, earlier_hit, passage), earlier_hit)
+            break
         else:
-            merged.append(passage)
-    return merged
+            merged.append((passage, hit_index))
+    return [p for p, _ in merged]
+
+
+def _union(conn: psycopg.Connection[Any], kept: Passage, hit_index: int, other: Passage) -> Passage:
+    """``kept`` (the better ranked) widened to cover ``other``'s chunks too."""
+    start = min(kept.chunk_index, other.chunk_index)
+    end = max(kept.last_index, other.last_index)
+    if (start, end) == (kept.chunk_index, kept.last_index):
+        return kept
+    row = None
+    if kept.chunk_id is not None:
+        row = conn.execute(
+            _NEIGHBOURS_SQL,
+            {"chunk_id": kept.chunk_id, "before": hit_index - start, "after": end - hit_index},
+        ).fetchone()
+    if row is not None:
+        start, end, content = int(row[0]), int(row[1]), str(row[2])
+    else:  # no chunk id to anchor on: join the texts
+        first, second = (kept, other) if kept.chunk_index <= other.chunk_index else (other, kept)
+        content = _join_overlapping(first.content, second.content)
+    return dataclasses.replace(
+        kept, content=content, chunk_index=start, chunk_end=end if end != start else None
+    )
 
 
 _RELATIONS_SQL = """

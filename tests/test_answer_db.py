@@ -445,3 +445,31 @@ def test_graph_neighbours_of_cited_documents_are_related(
     related = {d.title: d.relation for d in answer.related_documents}
     assert related["VACUUM"] == "supplements"
     assert "Index Types" not in related  # cited, so not listed again
+
+
+def test_overlapping_neighbour_windows_become_one_passage_without_repeats(
+    conn: psycopg.Connection[Any], corpus: dict[str, str]
+) -> None:
+    from loader.answer import Passage, expand_with_neighbours
+
+    rows = conn.execute(
+        "SELECT id, chunk_index, content FROM kb.chunks WHERE document_id = %s "
+        "AND chunk_index IN (1, 3, 9) ORDER BY chunk_index",
+        (corpus["Checkpoint Tuning"],),
+    ).fetchall()
+    hits = [
+        Passage(corpus["Checkpoint Tuning"], "Checkpoint Tuning", "/kb/c.md", i, c, 0.1, cid)
+        for cid, i, c in rows
+    ]
+    (window, separate) = expand_with_neighbours(conn, [hits[1], hits[0], hits[2]], 10_000)
+    # chunk 3 -> 2..4, chunk 1 -> 0..2: they overlap, so one passage 0..4, each chunk once
+    assert (window.chunk_index, window.chunk_end) == (0, 4)
+    for i in range(5):
+        assert window.content.count(f"Checkpoint section {i}:") == 1
+    assert "Checkpoint section 5:" not in window.content
+    assert window.score == 0.1 and window.chunk_id == rows[1][0]
+    # chunk 9, the third hit, is expanded on its own
+    assert (separate.chunk_index, separate.chunk_end) == (8, 10)
+    # a tight budget keeps the hits as they are
+    tight = expand_with_neighbours(conn, hits, budget_tokens=1)
+    assert [(p.chunk_index, p.chunk_end) for p in tight] == [(1, None), (3, None), (9, None)]
