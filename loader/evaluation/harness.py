@@ -409,8 +409,12 @@ def evaluate_beir(
     progress(f"running {len(items)} queries through {', '.join(MODES)}")
     with connection(beir_settings) as conn:
         results = _evaluate_items(
-            conn, beir_settings, items, k=k, abstention=False, progress=progress
+            conn, beir_settings, items, k=k, abstention=True, progress=progress
         )
+        rule = load_rule(conn, beir_settings)
+        conn.rollback()
+    # every judged query is answerable by construction: the gate's false-flag rate on them
+    apply_abstention(results, rule)
     retrievers = aggregate(results, k)
     for entry in retrievers.values():
         entry.pop("by_kind", None)
@@ -427,4 +431,6 @@ def evaluate_beir(
         "ingestion": ingestion,
         "retrievers": retrievers,
         "reranked": RERANKER_NOTE,
+        "abstention": abstention_summary(results, rule),
+        "per_query": per_query(results),
     }
