@@ -210,6 +210,10 @@ def _header() -> None:
     print("|---|---|---|---|---|---|")
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
 def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",")]
 
@@ -331,9 +335,9 @@ def cmd_fusion(args: argparse.Namespace) -> None:
             ).fetchall()
             legs[qid] = (vec, kw)
     _header()
-    for cands in (20, 40, 100):
-        for k in (60, 20, 5):
-            for wk in (1.0, 1.5, 2.0):
+    for cands in args.cands:
+        for k in args.rrf_k:
+            for wk in args.kw_weight:
                 rows: dict[str, list[float]] = {
                     "ndcg@10": [],
                     "recall@5": [],
@@ -364,8 +368,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--b", type=_floats, default=[0.75])
     parser.add_argument("--heading", type=_floats, default=[1.0])
     parser.add_argument("--limit", type=int, default=0, help="first N queries only")
+    parser.add_argument("--cands", type=_ints, default=[20, 40, 100], help="fusion: candidates")
+    parser.add_argument("--rrf-k", type=_ints, default=[60, 20, 5], help="fusion: RRF k")
     parser.add_argument(
-        "--max-postings", type=int, default=2000, help="kb.keyword_search's bound (0: none)"
+        "--kw-weight", type=_floats, default=[1.0, 1.5, 2.0], help="fusion: keyword weight"
+    )
+    parser.add_argument(
+        "--max-postings", type=int, default=1000, help="kb.keyword_search's bound (0: none)"
     )
     args = parser.parse_args(argv)
     {

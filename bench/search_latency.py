@@ -2,7 +2,7 @@
 kb.hybrid_search over N queries, and the plans showing which indexes they use.
 
     python bench/search_latency.py --database-url URL [--queries 200] \
-        [--questions eval/questions.json]
+        [--questions eval/questions.json | DATASET/queries.jsonl]
 
 The knowledge base at URL must be ingested (with embeddings of its active model). Queries are the
 questions of --questions (when given) topped up with chunk heading paths and titles sampled from
@@ -35,7 +35,10 @@ CALLS = {
 
 def pick_queries(conn: psycopg.Connection[Any], n: int, questions: Path | None) -> list[str]:
     texts: list[str] = []
-    if questions is not None:
+    if questions is not None and questions.suffix == ".jsonl":  # BEIR queries.jsonl
+        for line in questions.read_text(encoding="utf-8").splitlines():
+            texts.append(json.loads(line)["text"])
+    elif questions is not None:  # eval/questions.json
         data = json.loads(questions.read_text(encoding="utf-8"))
         items = data["questions"] if isinstance(data, dict) else data
         texts += [q["question"] for q in items if isinstance(q, dict) and q.get("question")]
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nplans of kb.hybrid_search({texts[0]!r}, <vector>) under auto_explain, index lines:")
     for plan in notices:
         for line in plan.splitlines():
-            if "Index" in line and ("hnsw" in line or "tsv" in line or "Cond" in line):
+            if "hnsw" in line or "chunks_tsv_idx" in line or "tsv @@" in line:
                 print("   ", line.strip()[:160])
 
 

@@ -388,7 +388,7 @@ $$;
     'keyword_search': r"""-- kb.keyword_search(query_text text, match_count integer DEFAULT 20, filters jsonb DEFAULT '{}',
 --                   document_ids uuid[] DEFAULT NULL, keyword_ranking text DEFAULT 'bm25',
 --                   bm25_k1 double precision DEFAULT 0.9, bm25_b double precision DEFAULT 0.75,
---                   heading_weight double precision DEFAULT 1.0, max_postings integer DEFAULT 2000)
+--                   heading_weight double precision DEFAULT 1.0, max_postings integer DEFAULT 1000)
 --   -> TABLE (chunk_id, document_id, title, source_uri, chunk_index, heading_path, content,
 --             rank integer, score double precision, strict_match boolean)
 --
@@ -431,7 +431,7 @@ CREATE OR REPLACE FUNCTION kb.keyword_search(
     bm25_k1 double precision DEFAULT 0.9,
     bm25_b double precision DEFAULT 0.75,
     heading_weight double precision DEFAULT 1.0,
-    max_postings integer DEFAULT 2000)
+    max_postings integer DEFAULT 1000)
 RETURNS TABLE (
     chunk_id bigint,
     document_id uuid,
