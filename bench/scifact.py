@@ -192,7 +192,7 @@ KEYWORD = """SELECT source_uri FROM kb.keyword_search(%s, 100, keyword_ranking =
              ORDER BY rank"""
 VECTOR = "SELECT source_uri FROM kb.vector_search(%s, 100) ORDER BY rank"
 HYBRID = """SELECT source_uri FROM kb.hybrid_search(%s, %s, match_count => 100,
-            vector_candidates => %s, keyword_candidates => %s) ORDER BY score DESC"""
+            vector_candidates => %s, keyword_candidates => %s, rrf_k => %s) ORDER BY score DESC"""
 
 
 def _print(name: str, m: dict[str, float]) -> None:
@@ -293,9 +293,16 @@ def cmd_eval(args: argparse.Namespace) -> None:
             )
             _print(f"keyword {ranking}", m)
         _print("vector", evaluate(conn, VECTOR, queries, qrels, lambda q, _t: (vectors[q],)))
-        for cands in (20, 100):
-            m = evaluate(conn, HYBRID, queries, qrels, lambda q, t, c=cands: (t, vectors[q], c, c))
-            _print(f"hybrid RRF k=60, {cands}+{cands} candidates", m)
+        for k in args.rrf_k:
+            for cands in (20, 100):
+                m = evaluate(
+                    conn,
+                    HYBRID,
+                    queries,
+                    qrels,
+                    lambda q, t, c=cands, k=k: (t, vectors[q], c, c, k),
+                )
+                _print(f"hybrid RRF k={k}, {cands}+{cands} candidates", m)
 
 
 def rrf(

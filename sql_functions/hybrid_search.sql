@@ -21,7 +21,7 @@
 -- (a person in psql can search with text alone). min_similarity drops vector hits below it;
 -- model selects the embedding model (default: the active one); wrong dimension or unknown model
 -- raise. Any query_text returns rows or no rows, never an error. Reads only (STABLE), so it runs
--- on hot standbys.
+-- on hot standbys. PARALLEL UNSAFE like kb.vector_search (it sets hnsw.ef_search).
 CREATE OR REPLACE FUNCTION kb.hybrid_search(
     query_text text,
     query_embedding vector DEFAULT NULL,
@@ -54,7 +54,7 @@ RETURNS TABLE (
     token_count integer)
 LANGUAGE plpgsql
 STABLE
-PARALLEL SAFE
+PARALLEL UNSAFE
 SECURITY DEFINER
 SET search_path = kb, public, pg_temp
 AS $$

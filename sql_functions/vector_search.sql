@@ -16,7 +16,8 @@
 -- documents; min_similarity drops hits below it (ranks count the kept ones). Filter values are
 -- bound parameters, never SQL text. A NULL query_embedding returns no rows. An embedding whose
 -- dimension differs from the model's, an unknown model, or no registered model raises an error
--- naming both. Reads only (STABLE).
+-- naming both. Reads only (STABLE); PARALLEL UNSAFE because it sets hnsw.ef_search, which
+-- PostgreSQL refuses during a parallel query.
 CREATE OR REPLACE FUNCTION kb.vector_search(
     query_embedding vector,
     match_count integer DEFAULT 20,
@@ -37,7 +38,7 @@ RETURNS TABLE (
     similarity double precision)
 LANGUAGE plpgsql
 STABLE
-PARALLEL SAFE
+PARALLEL UNSAFE
 SECURITY DEFINER
 SET search_path = kb, public, pg_temp
 SET hnsw.iterative_scan = 'relaxed_order'

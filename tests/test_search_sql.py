@@ -809,6 +809,14 @@ def test_retrieval_functions_are_stable(conn: psycopg.Connection[Any]) -> None:
     assert set(volatility.values()) <= {"s", "i"}
 
 
+def test_search_under_a_parallel_plan(conn: psycopg.Connection[Any], golden: Corpus) -> None:
+    """A query that PostgreSQL runs in parallel mode must not fail on the hnsw settings."""
+    conn.execute("SET debug_parallel_query = on")
+    assert rows(conn, "SELECT * FROM kb.hybrid_search('vacuum', '[0,0,1]')")
+    assert rows(conn, "SELECT * FROM kb.vector_search('[0,0,1]')")
+    assert rows(conn, "SELECT * FROM kb.keyword_search('vacuum')")
+
+
 def test_search_runs_in_a_read_only_transaction(
     conn: psycopg.Connection[Any], golden: Corpus
 ) -> None:

@@ -293,7 +293,7 @@ COMMENT ON FUNCTION kb.embeddings_check_dims() IS
 -- (a person in psql can search with text alone). min_similarity drops vector hits below it;
 -- model selects the embedding model (default: the active one); wrong dimension or unknown model
 -- raise. Any query_text returns rows or no rows, never an error. Reads only (STABLE), so it runs
--- on hot standbys.
+-- on hot standbys. PARALLEL UNSAFE like kb.vector_search (it sets hnsw.ef_search).
 CREATE OR REPLACE FUNCTION kb.hybrid_search(
     query_text text,
     query_embedding vector DEFAULT NULL,
@@ -326,7 +326,7 @@ RETURNS TABLE (
     token_count integer)
 LANGUAGE plpgsql
 STABLE
-PARALLEL SAFE
+PARALLEL UNSAFE
 SECURITY DEFINER
 SET search_path = kb, public, pg_temp
 AS $$
@@ -1075,7 +1075,8 @@ COMMENT ON FUNCTION kb.tsv_length(tsvector) IS
 -- documents; min_similarity drops hits below it (ranks count the kept ones). Filter values are
 -- bound parameters, never SQL text. A NULL query_embedding returns no rows. An embedding whose
 -- dimension differs from the model's, an unknown model, or no registered model raises an error
--- naming both. Reads only (STABLE).
+-- naming both. Reads only (STABLE); PARALLEL UNSAFE because it sets hnsw.ef_search, which
+-- PostgreSQL refuses during a parallel query.
 CREATE OR REPLACE FUNCTION kb.vector_search(
     query_embedding vector,
     match_count integer DEFAULT 20,
@@ -1096,7 +1097,7 @@ RETURNS TABLE (
     similarity double precision)
 LANGUAGE plpgsql
 STABLE
-PARALLEL SAFE
+PARALLEL UNSAFE
 SECURITY DEFINER
 SET search_path = kb, public, pg_temp
 SET hnsw.iterative_scan = 'relaxed_order'
