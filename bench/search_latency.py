@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nplans of kb.hybrid_search({texts[0]!r}, <vector>) under auto_explain, index lines:")
     for plan in notices:
         for line in plan.splitlines():
-            if "hnsw" in line or "chunks_tsv_idx" in line or "tsv @@" in line:
+            if ("Scan" in line or "Cond" in line) and ("hnsw" in line or "tsv" in line):
                 print("   ", line.strip()[:160])
 
 
