@@ -101,7 +101,7 @@ def cmd_load(args: argparse.Namespace) -> None:
                     )
                 )
         conn.execute("ANALYZE kb.documents, kb.chunks, kb.term_stats")
-        n = conn.execute("SELECT chunk_count, total_length FROM kb.corpus_stats").fetchone()
+        n = conn.execute("SELECT chunk_count, total_lexemes FROM kb.corpus_stats").fetchone()
     print(
         f"loaded {len(corpus)} documents into {args.db} in {time.perf_counter() - started:.1f} s; "
         f"corpus_stats = {n}"

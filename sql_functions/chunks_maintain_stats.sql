@@ -3,7 +3,8 @@
 -- Fired AFTER INSERT, DELETE and UPDATE on kb.chunks with transition tables (new_rows, old_rows).
 -- Maintains, in the same transaction as the change:
 --   kb.term_stats(lexeme, df)   df = number of chunks whose tsv contains the lexeme;
---   kb.corpus_stats             chunk_count and total_length (sum of lexeme occurrences),
+--   kb.corpus_stats             chunk_count and total_lexemes (sum of length(tsv): distinct
+--                               lexemes per chunk, the chunk length kb.keyword_search's BM25 uses),
 -- the corpus statistics a BM25 ranking needs (IDF and average chunk length). Lexemes are
 -- upserted in sorted order so concurrent writers cannot deadlock on kb.term_stats.
 -- Returns NULL (statement triggers return nothing).
@@ -19,7 +20,7 @@ DECLARE
     len          bigint;
 BEGIN
     IF TG_OP IN ('DELETE', 'UPDATE') THEN
-        SELECT count(*), coalesce(sum(kb.tsv_length(o.tsv)), 0)
+        SELECT count(*), coalesce(sum(length(o.tsv)), 0)
           INTO n, len
           FROM old_rows o;
         delta_count := delta_count - n;
@@ -35,7 +36,7 @@ BEGIN
     END IF;
 
     IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        SELECT count(*), coalesce(sum(kb.tsv_length(nr.tsv)), 0)
+        SELECT count(*), coalesce(sum(length(nr.tsv)), 0)
           INTO n, len
           FROM new_rows nr;
         delta_count := delta_count + n;
@@ -52,11 +53,11 @@ BEGIN
     IF delta_count <> 0 OR delta_length <> 0 THEN
         UPDATE kb.corpus_stats
            SET chunk_count = chunk_count + delta_count,
-               total_length = total_length + delta_length;
+               total_lexemes = total_lexemes + delta_length;
     END IF;
     RETURN NULL;
 END;
 $$;
 
 COMMENT ON FUNCTION kb.chunks_maintain_stats() IS
-'Trigger: keeps kb.term_stats (chunk frequency per lexeme) and kb.corpus_stats (chunk count, total lexeme occurrences) in step with kb.chunks, for BM25 ranking.';
+'Trigger: keeps kb.term_stats (chunk frequency per lexeme) and kb.corpus_stats (chunk count, sum of distinct lexemes per chunk) in step with kb.chunks, for BM25 ranking.';

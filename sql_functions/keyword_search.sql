@@ -23,7 +23,7 @@
 --          idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)), N = chunk count, df = chunks containing t,
 --          tf = occurrences of t in the content + heading_weight * occurrences in the heading path,
 --          dl = distinct lexemes in the chunk (length(tsv): read without expanding the tsvector),
---          avgdl = sum of df over kb.term_stats / N (= the average of length(tsv));
+--          avgdl = kb.corpus_stats.total_lexemes / N (the average of length(tsv));
 --      keyword_ranking 'ts_rank': PostgreSQL's ts_rank(tsv, OR-query) (no IDF, no length norm);
 --   4. ties by chunk_id.
 -- Work bound: every candidate's tsv is read, so when the query's lexemes together occur in more
@@ -109,8 +109,8 @@ BEGIN
     END IF;
     IF use_bm25 THEN
         -- average chunk length in distinct lexemes: sum of df over all lexemes = sum of length(tsv)
-        SELECT greatest(coalesce(sum(ts.df), 1), 1)::double precision / n_chunks INTO avgdl
-          FROM kb.term_stats ts;
+        SELECT greatest(s.total_lexemes, 1)::double precision / n_chunks INTO avgdl
+          FROM kb.corpus_stats s;
     END IF;
 
     RETURN QUERY

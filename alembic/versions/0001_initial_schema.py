@@ -96,10 +96,10 @@ COMMENT ON TABLE kb.term_stats IS 'Chunk frequency of each lexeme (number of chu
 CREATE TABLE kb.corpus_stats (
     singleton     boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     chunk_count   bigint NOT NULL DEFAULT 0,
-    total_length  bigint NOT NULL DEFAULT 0
+    total_lexemes bigint NOT NULL DEFAULT 0
 );
 INSERT INTO kb.corpus_stats DEFAULT VALUES;
-COMMENT ON TABLE kb.corpus_stats IS 'Single row: number of chunks and total lexeme occurrences, for BM25''s IDF and average length.';
+COMMENT ON TABLE kb.corpus_stats IS 'Single row: number of chunks and the sum of their lengths in distinct lexemes (length(tsv)), for BM25''s IDF and average chunk length.';
 
 -- Typed relations between documents (the document graph).
 CREATE TABLE kb.document_relations (
@@ -182,7 +182,8 @@ COMMENT ON FUNCTION kb.active_model() IS
 -- Fired AFTER INSERT, DELETE and UPDATE on kb.chunks with transition tables (new_rows, old_rows).
 -- Maintains, in the same transaction as the change:
 --   kb.term_stats(lexeme, df)   df = number of chunks whose tsv contains the lexeme;
---   kb.corpus_stats             chunk_count and total_length (sum of lexeme occurrences),
+--   kb.corpus_stats             chunk_count and total_lexemes (sum of length(tsv): distinct
+--                               lexemes per chunk, the chunk length kb.keyword_search's BM25 uses),
 -- the corpus statistics a BM25 ranking needs (IDF and average chunk length). Lexemes are
 -- upserted in sorted order so concurrent writers cannot deadlock on kb.term_stats.
 -- Returns NULL (statement triggers return nothing).
@@ -198,7 +199,7 @@ DECLARE
     len          bigint;
 BEGIN
     IF TG_OP IN ('DELETE', 'UPDATE') THEN
-        SELECT count(*), coalesce(sum(kb.tsv_length(o.tsv)), 0)
+        SELECT count(*), coalesce(sum(length(o.tsv)), 0)
           INTO n, len
           FROM old_rows o;
         delta_count := delta_count - n;
@@ -214,7 +215,7 @@ BEGIN
     END IF;
 
     IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        SELECT count(*), coalesce(sum(kb.tsv_length(nr.tsv)), 0)
+        SELECT count(*), coalesce(sum(length(nr.tsv)), 0)
           INTO n, len
           FROM new_rows nr;
         delta_count := delta_count + n;
@@ -231,14 +232,14 @@ BEGIN
     IF delta_count <> 0 OR delta_length <> 0 THEN
         UPDATE kb.corpus_stats
            SET chunk_count = chunk_count + delta_count,
-               total_length = total_length + delta_length;
+               total_lexemes = total_lexemes + delta_length;
     END IF;
     RETURN NULL;
 END;
 $$;
 
 COMMENT ON FUNCTION kb.chunks_maintain_stats() IS
-'Trigger: keeps kb.term_stats (chunk frequency per lexeme) and kb.corpus_stats (chunk count, total lexeme occurrences) in step with kb.chunks, for BM25 ranking.';
+'Trigger: keeps kb.term_stats (chunk frequency per lexeme) and kb.corpus_stats (chunk count, sum of distinct lexemes per chunk) in step with kb.chunks, for BM25 ranking.';
 """,
     'embeddings_check_dims': r"""-- kb.embeddings_check_dims(): row trigger on kb.embeddings (BEFORE INSERT OR UPDATE).
 --
@@ -410,7 +411,7 @@ $$;
 --          idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)), N = chunk count, df = chunks containing t,
 --          tf = occurrences of t in the content + heading_weight * occurrences in the heading path,
 --          dl = distinct lexemes in the chunk (length(tsv): read without expanding the tsvector),
---          avgdl = sum of df over kb.term_stats / N (= the average of length(tsv));
+--          avgdl = kb.corpus_stats.total_lexemes / N (the average of length(tsv));
 --      keyword_ranking 'ts_rank': PostgreSQL's ts_rank(tsv, OR-query) (no IDF, no length norm);
 --   4. ties by chunk_id.
 -- Work bound: every candidate's tsv is read, so when the query's lexemes together occur in more
@@ -496,8 +497,8 @@ BEGIN
     END IF;
     IF use_bm25 THEN
         -- average chunk length in distinct lexemes: sum of df over all lexemes = sum of length(tsv)
-        SELECT greatest(coalesce(sum(ts.df), 1), 1)::double precision / n_chunks INTO avgdl
-          FROM kb.term_stats ts;
+        SELECT greatest(s.total_lexemes, 1)::double precision / n_chunks INTO avgdl
+          FROM kb.corpus_stats s;
     END IF;
 
     RETURN QUERY
@@ -1037,26 +1038,6 @@ $$;
 COMMENT ON FUNCTION kb.search_query(text) IS
 'Parses search text (never raises): websearch_to_tsquery strict query, OR-of-lexemes query, the positive lexemes (max 64), the negated ones as a query and an array, underscore identifiers as written, and whether strict matches go first.';
 """,
-    'tsv_length': r"""-- kb.tsv_length(tsv tsvector) -> integer
---
--- The length of a text as BM25 counts it: the number of lexeme occurrences (positions) in its
--- tsvector, not the number of distinct lexemes that length(tsvector) returns. A lexeme stored
--- without positions counts once.
-CREATE OR REPLACE FUNCTION kb.tsv_length(tsv tsvector)
-RETURNS integer
-LANGUAGE sql
-IMMUTABLE
-PARALLEL SAFE
-STRICT
-SET search_path = kb, public, pg_temp
-AS $$
-    SELECT coalesce(sum(coalesce(array_length(l.positions, 1), 1)), 0)::integer
-      FROM unnest(tsv) AS l;
-$$;
-
-COMMENT ON FUNCTION kb.tsv_length(tsvector) IS
-'Number of lexeme occurrences (positions) in a tsvector: the document length BM25 uses.';
-""",
     'vector_search': r"""-- kb.vector_search(query_embedding vector, match_count integer DEFAULT 20, filters jsonb DEFAULT '{}',
 --                  document_ids uuid[] DEFAULT NULL, min_similarity double precision DEFAULT NULL,
 --                  model text DEFAULT NULL, ef_search integer DEFAULT NULL)
@@ -1221,7 +1202,6 @@ PREVIOUS: dict[str, str | None] = {
     'register_model': None,
     'search_filters': None,
     'search_query': None,
-    'tsv_length': None,
     'vector_search': None,
 }
 # <<< functions
