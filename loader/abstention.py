@@ -331,15 +331,25 @@ SELECT w.word,
 """
 
 
+def _name_found(conn: psycopg.Connection[Any], phrase: str) -> bool:
+    row = conn.execute(
+        _NAME_FOUND_SQL, {"phrase": phrase, "regex": _surface_regex(phrase)}
+    ).fetchone()
+    return bool(row is not None and row[0])
+
+
 def unknown_names(conn: psycopg.Connection[Any], query_text: str) -> list[str]:
     """Names and rare words of the question that occur nowhere in the corpus."""
     missing: list[str] = []
     for phrase in dict.fromkeys(_name_runs(query_text)):
-        row = conn.execute(
-            _NAME_FOUND_SQL, {"phrase": phrase, "regex": _surface_regex(phrase)}
-        ).fetchone()
-        if row is not None and not row[0]:
-            missing.append(phrase)
+        if _name_found(conn, phrase):
+            continue
+        # a compound whose parts all occur (RANK-RANKL, SHP-2, TCP/IP) is known under another
+        # spelling; the parts are checked when the whole is not found
+        parts = [p for p in re.split(r"[-/.]", phrase) if any(ch.isalpha() for ch in p)]
+        if " " not in phrase and len(parts) > 1 and all(_name_found(conn, p) for p in parts):
+            continue
+        missing.append(phrase)
     rare = list(dict.fromkeys(_rare_words(query_text)))
     if rare:
         for word, absent in conn.execute(_WORD_LEXEMES_SQL, {"words": rare}).fetchall():

@@ -87,6 +87,8 @@ def test_signals_see_unknown_names_and_coverage(conn: psycopg.Connection[Any]) -
     assert answerable["leg_overlap"] == 1
     assert answerable["keyword_hits"] == 1
 
+    compound = compute_signals(conn, "Does the VACUUM-COPY pair reclaim tuples?", [])
+    assert compound["unknown_names"] == 0  # both parts occur
     unknown = compute_signals(
         conn, "Does MongoDB vacuum dead tuples?", [_hit(ids[0], 0.03, 0.6, 1, None)]
     )
