@@ -37,8 +37,22 @@ def _portable(path: str) -> str:
         return path
 
 
+def _env_prefix(parameters: dict[str, Any]) -> str:
+    """``PGKB_X=value `` for every recorded parameter that differs from its default."""
+    from loader.settings import Settings
+
+    defaults = Settings()
+    parts = []
+    for name, value in parameters.items():
+        default = getattr(defaults, name, value)
+        if value != default and value is not None:
+            parts.append(f"PGKB_{name.upper()}={value}")
+    return "".join(part + " " for part in parts)
+
+
 def summarize(report: dict[str, Any], command: str | None = None) -> dict[str, Any]:
     """The part of an eval report the baseline keeps (no per-question detail)."""
+    prefix = _env_prefix(report["parameters"])
     retrievers = {
         mode: {
             **entry["overall"],
@@ -55,7 +69,7 @@ def summarize(report: dict[str, Any], command: str | None = None) -> dict[str, A
     }
     if report["kind"] == "beir":
         entry.update(
-            command=command or f"pgkb eval --beir {report['path']} --json",
+            command=command or f"{prefix}pgkb eval --beir {report['path']} --json",
             dataset=report["dataset"],
             qrels=report["qrels"],
             documents=report["documents"],
@@ -63,7 +77,7 @@ def summarize(report: dict[str, Any], command: str | None = None) -> dict[str, A
         )
     else:
         entry.update(
-            command=command or "pgkb eval --json",
+            command=command or f"{prefix}pgkb eval --json",
             questions_file=_portable(report["questions_file"]),
             corpus=_portable(report["corpus"]),
             documents=report["documents"],
