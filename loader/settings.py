@@ -64,23 +64,12 @@ class Settings:
     embedding_timeout: float = 60.0
     """Seconds to wait for one embeddings API request before retrying it."""
     embedding_max_retries: int = 5
-    """Retries (exponential backoff, honouring Retry-After) on 429, 5xx, timeouts, lost connections."""
-
-    embedding_timeout: float = 60.0
-    """Seconds to wait for one embeddings API request before retrying it."""
-    embedding_max_retries: int = 5
     """Retries (exponential backoff, honouring Retry-After) on 429, 5xx and timeouts."""
 
     # --- chunking -----------------------------------------------------------------------------
     chunk_tokens: int = 200
     """Chunk size in tokens of the embedding model; must leave room for its special tokens."""
     chunk_overlap: int = 32
-    embed_heading_path: bool = True
-    """Give the model each chunk prefixed with its heading path (or title): the embedded text."""
-
-    # --- ingestion ----------------------------------------------------------------------------
-    max_file_mb: float = 50.0
-    """Files larger than this (in MB) are reported as failed, not read."""
     embed_heading_path: bool = True
     """Give the model each chunk prefixed with its heading path (or title): the embedded text."""
 
@@ -159,21 +148,7 @@ class Settings:
                 f"embedding_batch_size must be at least 1, got {self.embedding_batch_size}"
             )
         if self.embedding_max_retries < 0:
-            problems.append(
-                f"embedding_max_retries must be >= 0, got {self.embedding_max_retries}"
-            )
-        if self.embedding_timeout <= 0:
-            problems.append(f"embedding_timeout must be positive, got {self.embedding_timeout}")
-        if self.max_file_mb <= 0:
-            problems.append(f"max_file_mb must be positive, got {self.max_file_mb}")
-        if self.embedding_batch_size < 1:
-            problems.append(
-                f"embedding_batch_size must be at least 1, got {self.embedding_batch_size}"
-            )
-        if self.embedding_max_retries < 0:
-            problems.append(
-                f"embedding_max_retries must be >= 0, got {self.embedding_max_retries}"
-            )
+            problems.append(f"embedding_max_retries must be >= 0, got {self.embedding_max_retries}")
         if self.embedding_timeout <= 0:
             problems.append(f"embedding_timeout must be positive, got {self.embedding_timeout}")
         if self.max_file_mb <= 0:
