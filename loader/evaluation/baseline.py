@@ -75,6 +75,13 @@ def summarize(report: dict[str, Any], command: str | None = None) -> dict[str, A
             documents=report["documents"],
             queries=report["queries"],
         )
+        if report.get("abstention"):
+            ab = report["abstention"]
+            entry["abstention"] = {
+                "rule": ab["rule"],
+                "answerable": ab["answerable"],
+                "answerable_flagged": ab["answerable_flagged"],
+            }
     else:
         entry.update(
             command=command or f"{prefix}pgkb eval --json",
