@@ -56,6 +56,11 @@ def _kind_table(retrievers: dict[str, Any], k: int) -> list[str]:
     return lines
 
 
+def _ids(ids: list[str], limit: int = 12) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f", ... ({len(ids) - limit} more, see --json)" if len(ids) > limit else "")
+
+
 def _abstention_lines(ab: dict[str, Any]) -> list[str]:
     lines = [f"abstention rule ({ab['rule_source']}): {ab['rule']}"]
     if ab["unanswerable"]:
@@ -63,17 +68,13 @@ def _abstention_lines(ab: dict[str, Any]) -> list[str]:
         lines.append(
             f"  unanswerable flagged:       {caught}/{ab['unanswerable']} "
             f"({_pct(ab['unanswerable_flagged'])})"
-            + (
-                f"; missed: {', '.join(ab['missed_unanswerable'])}"
-                if ab["missed_unanswerable"]
-                else ""
-            )
+            + (f"; missed: {_ids(ab['missed_unanswerable'])}" if ab["missed_unanswerable"] else "")
         )
     if ab["answerable"]:
         lines.append(
             f"  answerable wrongly flagged: {len(ab['wrongly_flagged'])}/{ab['answerable']} "
             f"({_pct(ab['answerable_flagged'])})"
-            + (f": {', '.join(ab['wrongly_flagged'])}" if ab["wrongly_flagged"] else "")
+            + (f": {_ids(ab['wrongly_flagged'])}" if ab["wrongly_flagged"] else "")
         )
     return lines
 
