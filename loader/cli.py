@@ -208,15 +208,24 @@ def db_stop(app: App) -> None:
 # --- pgkb quickstart ---------------------------------------------------------------------------
 
 
+QUICKSTART_QUESTIONS = (
+    "How can I build an index without locking out writes to the table?",
+    "How do I configure Oracle Data Guard for a standby database?",
+)
+
+
 @cli.command()
-@pass_app
-def quickstart(app: App) -> None:
-    """Set up the default database and show what the knowledge base holds.
+@click.pass_context
+def quickstart(ctx: click.Context) -> None:
+    """Set up the default database, ingest the sample corpus, and answer two questions.
 
     Creates or upgrades the kb schema on the configured database (the embedded server unless
     PGKB_DATABASE_URL is set), ingests the bundled sample corpus (65 pages of the PostgreSQL 15
-    manual; unchanged pages are skipped on later runs) and prints the status.
+    manual; unchanged pages are skipped on later runs), prints the status, then asks one
+    question the corpus answers (a cited answer) and one it cannot ("I don't know").
     """
+    app = ctx.find_object(App)
+    assert app is not None
     from loader.db import database_url, redact
     from loader.migrate import upgrade
     from loader.status import schema_status
@@ -242,6 +251,10 @@ def quickstart(app: App) -> None:
         raise PgkbError(f"ingesting the sample corpus stopped: {report.aborted}")
     for key, value in schema_status(settings).items():
         click.echo(f"{key:>18}: {value}")
+    for question in QUICKSTART_QUESTIONS:
+        click.echo()
+        click.secho(f"$ pgkb ask {question!r}", bold=True)
+        ctx.invoke(ask, question=(question,))
 
 
 # --- commands defined in their own modules (loader/commands/), one line each ----------------

@@ -664,6 +664,10 @@ def test_quickstart_ingests_the_sample_corpus(
     pages = len(list(sample_corpus_dir().glob("*.html")))
     assert f"{pages} files: {pages} new" in result.stderr
     assert f"documents: {pages}" in result.stdout
+    # then it answers its two questions: the unanswerable one gets "I don't know"
+    asked = result.stdout.split("$ pgkb ask ")[1:]
+    assert len(asked) == 2
+    assert "Oracle Data Guard" in asked[1] and "I don't know" in asked[1]
     again = CliRunner().invoke(cli, ["quickstart"], env=env)
     assert again.exit_code == 0, again.output
     assert f"{pages} unchanged" in again.stderr
