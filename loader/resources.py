@@ -1,8 +1,8 @@
 """Where pgkb's non-Python files are, in a source checkout and in an installed wheel.
 
-The wheel carries ``alembic/``, ``alembic.ini`` and ``sql_functions/`` inside the package as
-``loader/_bundled/...`` (see ``[tool.hatch.build.targets.wheel.force-include]``); a source checkout
-(or an editable install) uses the folders at the repository root.
+The wheel carries ``alembic/``, ``alembic.ini``, ``sql_functions/`` and ``eval/`` inside the
+package as ``loader/_bundled/...`` (see ``[tool.hatch.build.targets.wheel.force-include]``); a
+source checkout (or an editable install) uses the folders at the repository root.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ def alembic_ini() -> Path:
 
 def sql_functions_dir() -> Path:
     return _locate("sql_functions")
+
+
+def eval_dir() -> Path:
+    """``eval/``: the question sets and the recorded baseline."""
+    return _locate("eval")
 
 
 def sample_corpus_dir() -> Path:

@@ -18,21 +18,19 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from loader import resources
 from loader.errors import PgkbError
 
 KINDS = ("exact", "paraphrase", "conceptual", "unanswerable")
 
-_ROOT = Path(__file__).resolve().parent.parent.parent
-
-
 def default_questions_file() -> Path:
-    """``eval/questions.json`` of the source tree."""
-    return _ROOT / "eval" / "questions.json"
+    """``eval/questions.json`` (of the source tree, or the copy an installed wheel carries)."""
+    return resources.eval_dir() / "questions.json"
 
 
 def default_holdout_file() -> Path:
     """``eval/questions-holdout.json``: held out from calibration, to check it generalises."""
-    return _ROOT / "eval" / "questions-holdout.json"
+    return resources.eval_dir() / "questions-holdout.json"
 
 
 @dataclasses.dataclass(frozen=True)
