@@ -249,6 +249,13 @@ def quickstart(ctx: click.Context) -> None:
         click.echo(f"failed: {failure['source']}: {failure['reason']}", err=True)
     if report.aborted:
         raise PgkbError(f"ingesting the sample corpus stopped: {report.aborted}")
+    if report.failed:
+        raise PgkbError(
+            f"{len(report.failed)} page(s) of the sample corpus could not be ingested "
+            "(listed above), so the knowledge base is incomplete",
+            hint="the bundled pages are known to ingest: check the installation "
+            "(pip install -e . installs the extraction libraries) and re-run pgkb quickstart",
+        )
     for key, value in schema_status(settings).items():
         click.echo(f"{key:>18}: {value}")
     for question in QUICKSTART_QUESTIONS:
