@@ -23,6 +23,7 @@ from loader.errors import PgkbError
 
 KINDS = ("exact", "paraphrase", "conceptual", "unanswerable")
 
+
 def default_questions_file() -> Path:
     """``eval/questions.json`` (of the source tree, or the copy an installed wheel carries)."""
     return resources.eval_dir() / "questions.json"
