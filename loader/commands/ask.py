@@ -3,30 +3,11 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import click
 
-if TYPE_CHECKING:
-    from loader.cli import App
-
-# Options bound to settings, as loader.cli.setting_option makes them (not imported from there:
-# loader.cli imports this module, and the cycle would hide this command's type from mypy).
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _setting(name: str, **kwargs: Any) -> Callable[[F], F]:
-    return click.option(
-        f"--{name.replace('_', '-')}",
-        name,
-        envvar=f"PGKB_{name.upper()}",
-        show_envvar=True,
-        default=None,
-        **kwargs,
-    )
+from loader.commands.base import App, setting_option
 
 
 @click.command()
@@ -39,9 +20,9 @@ def _setting(name: str, **kwargs: Any) -> Callable[[F], F]:
     is_flag=True,
     help="Use the reader agent (searches and reads further, at most agent_max_steps calls).",
 )
-@_setting("chat_model", help="Chat model; unset: answer with the cited passages.")
-@_setting("chat_base_url", help="OpenAI-compatible chat API base URL.")
-@_setting("agent_max_steps", type=int, help="Model calls the reader agent may make.")
+@setting_option("chat_model", help="Chat model; unset: answer with the cited passages.")
+@setting_option("chat_base_url", help="OpenAI-compatible chat API base URL.")
+@setting_option("agent_max_steps", type=int, help="Model calls the reader agent may make.")
 @click.pass_obj
 def ask(
     app: App,
@@ -62,7 +43,7 @@ def ask(
     """
     from loader.agent import run_agent
     from loader.answer import ChatClient, answer_question, prepare_question
-    from loader.cli import emit_json
+    from loader.commands.base import emit_json
     from loader.db import connection
     from loader.embedding import get_embedder
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-if TYPE_CHECKING:  # loader.cli imports this module: a runtime import would be a cycle
-    from loader.cli import App
+from loader.commands.base import App
 
 
 @click.command("eval")
@@ -87,7 +85,7 @@ def eval_command(
     pgkb eval --questions q.json --corpus ./docs
     pgkb eval --beir ../datasets/scifact --json
     """
-    from loader.cli import emit_json
+    from loader.commands.base import emit_json
     from loader.errors import PgkbError
     from loader.evaluation.harness import evaluate_beir, evaluate_questions
     from loader.evaluation.questions import default_holdout_file, default_questions_file

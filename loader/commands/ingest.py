@@ -3,28 +3,11 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import click
 
-if TYPE_CHECKING:
-    from loader.cli import App
-
-# Options bound to settings, as loader.cli.setting_option makes them (not imported from there:
-# loader.cli imports this module, and the cycle would hide this command's type from mypy).
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def setting_option(name: str, **kwargs: Any) -> Callable[[F], F]:
-    return click.option(
-        f"--{name.replace('_', '-')}",
-        name,
-        envvar=f"PGKB_{name.upper()}",
-        show_envvar=True,
-        default=None,
-        **kwargs,
-    )
+from loader.commands.base import App, setting_option
 
 
 def parse_meta(values: tuple[str, ...]) -> dict[str, str]:
@@ -133,7 +116,7 @@ def ingest(
     """
     import logging
 
-    from loader.cli import emit_json
+    from loader.commands.base import emit_json
     from loader.ingest import ingest_paths
 
     settings = app.settings(

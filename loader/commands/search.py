@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from loader.commands.base import App
+
 if TYPE_CHECKING:
-    from loader.cli import App
     from loader.search import SearchHit
 
 SNIPPET_CHARS = 160
@@ -80,7 +81,7 @@ def search(
     rankings (kb.hybrid_search); keyword mode needs no model. Quote phrases ("write ahead log"),
     exclude words with -word.
     """
-    from loader.cli import emit_json
+    from loader.commands.base import emit_json
     from loader.db import connection
     from loader.errors import PgkbError
     from loader.search import search as run_search
