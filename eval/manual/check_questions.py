@@ -20,6 +20,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 KINDS = {"exact", "paraphrase", "conceptual", "multipage", "unanswerable"}
 SEP = " || "
@@ -29,15 +30,37 @@ DEFAULT_CORPUS = REPO_ROOT / ".." / "shared" / "corpora" / "postgresql-15-docs" 
 
 
 class _TextParser(html.parser.HTMLParser):
-    SKIP = {"script", "style", "head", "title"}
+    SKIP: ClassVar[frozenset[str]] = frozenset({"script", "style", "head", "title"})
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
         self.skip = 0
 
-    BLOCK = {"p", "div", "br", "li", "tr", "td", "th", "h1", "h2", "h3", "h4", "h5",
-             "dt", "dd", "pre", "table", "ul", "ol", "dl", "blockquote"}
+    BLOCK: ClassVar[frozenset[str]] = frozenset(
+        [
+            "p",
+            "div",
+            "br",
+            "li",
+            "tr",
+            "td",
+            "th",
+            "h1",
+            "h2",
+            "h3",
+            "h4",
+            "h5",
+            "dt",
+            "dd",
+            "pre",
+            "table",
+            "ul",
+            "ol",
+            "dl",
+            "blockquote",
+        ]
+    )
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in self.SKIP:
@@ -105,7 +128,7 @@ def check_file(path: Path, corpus: Path, seen: dict[str, str], cache: dict[str, 
             continue
         if kind == "unanswerable":
             if sources:
-                problems.append(f"{where}: unanswerable question must have \"sources\": []")
+                problems.append(f'{where}: unanswerable question must have "sources": []')
             if not isinstance(q.get("why"), str) or not q["why"].strip():
                 problems.append(f"{where}: unanswerable question needs a 'why' field")
             continue
@@ -128,7 +151,7 @@ def check_file(path: Path, corpus: Path, seen: dict[str, str], cache: dict[str, 
                     f"(join one phrase per source with {SEP!r})"
                 )
                 continue
-            pairs = list(zip(sources, phrases))
+            pairs = list(zip(sources, phrases, strict=True))
         else:
             # Several pages may answer the question equally well: the evidence must
             # occur in at least one of them (every page must exist).
@@ -149,8 +172,10 @@ def check_file(path: Path, corpus: Path, seen: dict[str, str], cache: dict[str, 
             problems.append(f"{where}: evidence {evidence!r} not found in {', '.join(sources)}")
     total = sum(counts.values())
     summary = ", ".join(f"{k} {counts[k]}" for k in sorted(counts))
-    print(f"{path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}: "
-          f"{total} questions ({summary})")
+    print(
+        f"{path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}: "
+        f"{total} questions ({summary})"
+    )
     return problems
 
 
@@ -158,7 +183,9 @@ def main(argv: list[str]) -> int:
     corpus = Path(argv[1]) if len(argv) > 1 else DEFAULT_CORPUS
     corpus = corpus.resolve()
     if not corpus.is_dir():
-        print(f"corpus folder {corpus} does not exist: pass the manual's html folder", file=sys.stderr)
+        print(
+            f"corpus folder {corpus} does not exist: pass the manual's html folder", file=sys.stderr
+        )
         return 2
     files = sorted(HERE.glob("questions-*.json"))
     if not files:
