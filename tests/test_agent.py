@@ -8,7 +8,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from loader.answer.agent import LAST_TURN, ask_agent, run_agent
+from loader.answer.agent import LAST_TURN, run_agent
+from loader.answer.ask import ask_agent
 from loader.answer.prompt import IDK, RULE_IDK, RULE_UNSUPPORTED
 from loader.answer.result import Answer
 from loader.answer.tools import Toolbox

@@ -32,6 +32,9 @@ gate abstains when any clause holds. ``pgkb eval --calibrate`` derives the rule 
 evaluation questions (:mod:`loader.evaluation.calibrate`) and stores it in ``kb.settings``
 under the key ``abstention``; the ``abstention_rule`` setting (JSON) overrides it, and
 ``abstention = false`` turns the gate off.
+
+Over 400 lines on purpose: the signals, the rule and its JSON form are read together when
+calibrating; splitting them would scatter one contract.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The reader agent: a short, isolated tool loop for questions that need more than five snippets.
 
-:func:`run_agent` (``pgkb ask --agent``) and :func:`ask_agent` (for other programs) start from
+:func:`run_agent` (``pgkb ask --agent``, and :func:`loader.answer.ask.ask_agent` for other
+programs) starts from
 the shared retrieval step (:func:`loader.answer.retrieval.retrieve`, with a wider first search
 for a short catalogue of the documents it matched), then let the chat model call the tools of
 :mod:`loader.answer.tools` for at most ``agent_max_steps`` model calls (default 4). The caller
@@ -215,20 +216,3 @@ def _loop(
         notes=[*notes, "no final answer from the agent; showing the hybrid search hits instead"],
         steps=settings.agent_max_steps,
     )
-
-
-def ask_agent(
-    question: str,
-    settings: Settings | None = None,
-    *,
-    category: str | None = None,
-) -> dict[str, Any]:
-    """The reader agent for other programs: returns the distilled answer as a JSON-ready dict.
-
-    ``{"answer", "abstained", "citations": [...], "related_documents": [...], ...}``; opens its
-    own connection with ``settings`` (default: pgkb's configuration).
-    """
-    from loader.answer.ask import ask
-    from loader.settings import load_settings
-
-    return ask(question, settings or load_settings(), agent=True, category=category).to_json()

@@ -1,12 +1,15 @@
-"""Asking from outside: the setup ``pgkb ask`` and :func:`~loader.answer.agent.ask_agent` share
-(the embedder, the chat client, a read-only connection), then the single-shot answer or the agent.
+"""Asking from outside: the setup ``pgkb ask`` and :func:`ask_agent` share (the embedder, the
+chat client, a read-only connection), then the single-shot answer or the reader agent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+from loader.answer.agent import run_agent
 from loader.answer.result import Answer
+from loader.answer.single import answer_question
 from loader.settings import Settings
 
 
@@ -19,8 +22,6 @@ def ask(
     on_text: Callable[[str], None] | None = None,
 ) -> Answer:
     """Answer ``question`` with the configured models over a connection of its own."""
-    from loader.answer.agent import run_agent
-    from loader.answer.single import answer_question
     from loader.db.session import connection
     from loader.providers.chat import ChatClient
     from loader.providers.embeddings import get_embedder
@@ -43,3 +44,19 @@ def ask(
             category=category,
             on_text=on_text,
         )
+
+
+def ask_agent(
+    question: str,
+    settings: Settings | None = None,
+    *,
+    category: str | None = None,
+) -> dict[str, Any]:
+    """The reader agent for other programs: returns the distilled answer as a JSON-ready dict.
+
+    ``{"answer", "abstained", "citations": [...], "related_documents": [...], ...}``; opens its
+    own connection with ``settings`` (default: pgkb's configuration).
+    """
+    from loader.settings import load_settings
+
+    return ask(question, settings or load_settings(), agent=True, category=category).to_json()

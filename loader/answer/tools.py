@@ -13,6 +13,9 @@ malformed document ids, inverted or out-of-range chunk ranges and repeated ident
 answered with a message the model can act on (ranges are clamped when that is unambiguous).
 A new tool (``explore_graph`` when ``kb.explore_graph`` ships) is one more schema constant, one
 more method and one more entry in :meth:`Toolbox.tools` and the dispatch table.
+
+Over 400 lines on purpose: each tool is its argument validation, and the checks of one tool
+read best beside its call.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@
   the user's knowledge base; a re-run reuses what is already there.
 
 Both return a JSON-ready report (see ``loader.evaluation.report`` for the table).
+
+Over 400 lines on purpose: it is the one script of ``pgkb eval`` (bundled questions and BEIR),
+step by step; its parts live in the sibling modules.
 """
 
 from __future__ import annotations
