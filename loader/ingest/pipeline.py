@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from loader.errors import ConfigError, DatabaseError, PgkbError
 from loader.ingest.chunking import Chunker
 from loader.ingest.extract import ExtractionError, Section, extract, mime_type
@@ -44,7 +46,9 @@ def _memory_sha(doc: SourceDocument) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-def _prepare_model(conn: Any, embedder: Embedder, settings: Settings) -> tuple[int, Chunker]:
+def _prepare_model(
+    conn: psycopg.Connection[Any], embedder: Embedder, settings: Settings
+) -> tuple[int, Chunker]:
     chunker = Chunker.from_settings(settings, embedder)  # ConfigError if chunks cannot fit
     model_id = ensure_model(conn, embedder)
     return model_id, chunker
@@ -54,7 +58,7 @@ def _prepare_model(conn: Any, embedder: Embedder, settings: Settings) -> tuple[i
 
 
 def ingest_documents(
-    conn: Any,
+    conn: psycopg.Connection[Any],
     documents: Iterable[SourceDocument],
     embedder: Embedder,
     settings: Settings,

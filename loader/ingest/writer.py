@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from loader.db import queries
 from loader.errors import PgkbError
 from loader.ingest.chunking import Chunk
@@ -50,7 +52,7 @@ class Writer:
 
     def __init__(
         self,
-        conn: Any,
+        conn: psycopg.Connection[Any],
         embedder: Embedder,
         model_id: int,
         batch_size: int,
@@ -189,7 +191,7 @@ def _as_vector(value: Any) -> Any:
 # --- locking and the model ----------------------------------------------------------------------
 
 
-def _lock_holder(conn: Any) -> int | None:
+def _lock_holder(conn: psycopg.Connection[Any]) -> int | None:
     row = conn.execute(
         queries.INGEST_LOCK_HOLDER,
         (INGEST_LOCK_KEY >> 32, INGEST_LOCK_KEY & 0xFFFFFFFF),
@@ -199,7 +201,7 @@ def _lock_holder(conn: Any) -> int | None:
 
 @contextmanager
 def ingest_lock(
-    conn: Any, *, wait: bool = True, progress: ProgressCallback | None = None
+    conn: psycopg.Connection[Any], *, wait: bool = True, progress: ProgressCallback | None = None
 ) -> Iterator[None]:
     """Hold the ingestion advisory lock (session level) for the block.
 
@@ -238,13 +240,13 @@ def ingest_lock(
             log.debug("could not release the ingest lock explicitly", exc_info=True)
 
 
-def stored_shas(conn: Any) -> dict[str, str]:
+def stored_shas(conn: psycopg.Connection[Any]) -> dict[str, str]:
     rows = conn.execute(queries.STORED_SHAS).fetchall()
     conn.commit()
     return {uri: sha for uri, sha in rows}
 
 
-def analyze(conn: Any, report: IngestReport) -> None:
+def analyze(conn: psycopg.Connection[Any], report: IngestReport) -> None:
     if report.chunks_written >= 1000:
         with report.phase("analyze"):
             conn.execute(queries.ANALYZE_KB)
@@ -256,7 +258,7 @@ def _like_prefix(root: Path) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def prune_missing(conn: Any, scan: Scan) -> int:
+def prune_missing(conn: psycopg.Connection[Any], scan: Scan) -> int:
     """Delete documents under the scanned folders whose files no longer exist."""
     present = {str(f) for f in scan.files}
     doomed: list[str] = []
