@@ -14,7 +14,7 @@ from logging.config import fileConfig
 import sqlalchemy as sa
 from alembic import context
 
-from loader.db import SCHEMA, VERSION_TABLE, database_url, sqlalchemy_url
+from loader.db.connect import SCHEMA, VERSION_TABLE, database_url, sqlalchemy_url
 from loader.settings import load_settings
 
 config = context.config

@@ -9,7 +9,7 @@ model, and prints per-phase latency (p50 / p95 / max, milliseconds):
 
     embed     the query embedding (local model already loaded)
     search    kb.hybrid_search through loader.search (top match_count)
-    gate      the abstention gate (loader.abstention.decide)
+    gate      the abstention gate (loader.answer.abstention.decide)
     context   neighbour expansion (kb.merge_neighbors) and the prompt
     extract   the extractive answer (what `ask` prints with no chat model)
 
@@ -38,17 +38,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
 
-    from loader.abstention import decide
-    from loader.answer import (
-        ANSWER_RESERVE_TOKENS,
-        build_messages,
-        expand_with_neighbours,
-        extractive_answer,
-        fit_passages,
-        search_passages,
-    )
-    from loader.db import connection
-    from loader.embedding import get_embedder
+    from loader.answer.abstention import decide
+    from loader.answer.context import expand_with_neighbours
+    from loader.answer.extractive import extractive_answer
+    from loader.answer.prompt import ANSWER_RESERVE_TOKENS, build_messages, fit_passages
+    from loader.answer.retrieval import search_passages
+    from loader.db.session import connection
+    from loader.providers.embeddings import get_embedder
     from loader.settings import load_settings
 
     data = json.loads(Path(args.questions).read_text(encoding="utf-8"))

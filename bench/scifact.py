@@ -36,7 +36,7 @@ NAMESPACE = uuid.UUID("6f1c3a52-4a8e-4f61-9d3c-1d2b3c4d5e6f")
 
 
 def server_url(db: str) -> str:
-    from loader.db import database_url
+    from loader.db.connect import database_url
     from loader.settings import load_settings
     from tests.conftest import with_dbname
 
@@ -62,7 +62,7 @@ def read_dataset(
 
 
 def cmd_load(args: argparse.Namespace) -> None:
-    from loader.migrate import upgrade
+    from loader.db.migrations import upgrade
     from tests.conftest import create_database, drop_database
 
     admin = server_url("postgres")
@@ -109,7 +109,7 @@ def cmd_load(args: argparse.Namespace) -> None:
 
 
 def _embedder() -> Any:
-    from loader.embedding import get_embedder
+    from loader.providers.embeddings import get_embedder
     from loader.settings import load_settings
 
     return get_embedder(load_settings(env={}))

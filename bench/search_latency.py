@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from pgvector import Vector
 
-    from loader.db import connect
-    from loader.embedding import get_embedder
+    from loader.db.connect import connect
+    from loader.providers.embeddings import get_embedder
     from loader.settings import load_settings
 
     settings = load_settings(database_url=args.database_url)

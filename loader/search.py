@@ -18,6 +18,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg.rows import class_row
 
+from loader.db import queries
 from loader.errors import ModelMismatchError, PgkbError
 from loader.settings import Settings
 
@@ -57,60 +58,12 @@ class SearchHit:
         return data
 
 
-_COLUMNS = """chunk_id, document_id, title, source_uri, chunk_index, heading_path, content, score,
-    vector_rank, vector_similarity, keyword_rank, keyword_score, category, metadata, token_count"""
-
-# The statements this module sends (values always bound, never formatted into the text).
-HYBRID_SQL = f"""
-SELECT {_COLUMNS}
-  FROM kb.hybrid_search(
-           query_text => %(query_text)s,
-           query_embedding => %(query_embedding)s,
-           match_count => %(match_count)s,
-           vector_candidates => %(vector_candidates)s,
-           keyword_candidates => %(keyword_candidates)s,
-           rrf_k => %(rrf_k)s,
-           vector_weight => %(vector_weight)s,
-           keyword_weight => %(keyword_weight)s,
-           filters => %(filters)s::jsonb,
-           document_ids => %(document_ids)s::uuid[],
-           min_similarity => %(min_similarity)s,
-           model => %(model)s,
-           keyword_ranking => %(keyword_ranking)s)
-"""
-
-VECTOR_SQL = """
-SELECT v.chunk_id, v.document_id, v.title, v.source_uri, v.chunk_index, v.heading_path, v.content,
-       v.similarity AS score, v.rank AS vector_rank, v.similarity AS vector_similarity,
-       NULL::integer AS keyword_rank, NULL::double precision AS keyword_score,
-       d.category, d.metadata, c.token_count
-  FROM kb.vector_search(
-           query_embedding => %(query_embedding)s,
-           match_count => %(match_count)s,
-           filters => %(filters)s::jsonb,
-           document_ids => %(document_ids)s::uuid[],
-           min_similarity => %(min_similarity)s,
-           model => %(model)s) AS v
-  JOIN kb.chunks c ON c.id = v.chunk_id
-  JOIN kb.documents d ON d.id = v.document_id
- ORDER BY v.rank
-"""
-
-KEYWORD_SQL = """
-SELECT k.chunk_id, k.document_id, k.title, k.source_uri, k.chunk_index, k.heading_path, k.content,
-       k.score, NULL::integer AS vector_rank, NULL::double precision AS vector_similarity,
-       k.rank AS keyword_rank, k.score AS keyword_score,
-       d.category, d.metadata, c.token_count
-  FROM kb.keyword_search(
-           query_text => %(query_text)s,
-           match_count => %(match_count)s,
-           filters => %(filters)s::jsonb,
-           document_ids => %(document_ids)s::uuid[],
-           keyword_ranking => %(keyword_ranking)s) AS k
-  JOIN kb.chunks c ON c.id = k.chunk_id
-  JOIN kb.documents d ON d.id = k.document_id
- ORDER BY k.rank
-"""
+def hit_value(hit: SearchHit | Mapping[str, Any], name: str) -> Any:
+    """Field ``name`` of a hit given as a :class:`SearchHit` or as a mapping (test fixtures and
+    the eval's hand-made hits), None when absent: the one accessor for either shape."""
+    if isinstance(hit, Mapping):
+        return hit.get(name)
+    return getattr(hit, name, None)
 
 
 def _filters(category: str | None, filters: Mapping[str, Any] | None) -> str:
@@ -179,7 +132,7 @@ def search(
         "keyword_ranking": settings.keyword_ranking,
     }
     if mode == "hybrid":
-        statement = HYBRID_SQL
+        statement = queries.HYBRID_SEARCH
         params.update(
             match_count=match_count,
             vector_candidates=max(settings.vector_candidates, match_count),
@@ -189,7 +142,7 @@ def search(
             keyword_weight=settings.keyword_weight,
         )
     else:
-        statement = VECTOR_SQL if mode == "vector" else KEYWORD_SQL
+        statement = queries.VECTOR_SEARCH if mode == "vector" else queries.KEYWORD_SEARCH
         params["match_count"] = match_count
     try:
         with conn.cursor(row_factory=class_row(SearchHit)) as cur:

@@ -12,8 +12,7 @@
 --   1. when the text asks for exact matching (a "quoted phrase", or an identifier-like word such
 --      as 40P01, pg_dump or maintenance_work_mem; see kb.search_query), the chunks matching the
 --      strict websearch_to_tsquery query (every word, phrases as phrases) come first, so such
---      queries find their pages first; natural-language questions skip this step (on SciFact
---      it cost 0.005 nDCG@10);
+--      queries find their pages first; natural-language questions skip this step;
 --   2. then chunks whose text holds every underscore identifier of the query as a whole word
 --      (work_mem, not maintenance_work_mem, which the parser splits into the same lexemes);
 --   3. within each group, by score:

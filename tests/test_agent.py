@@ -8,11 +8,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from loader.agent import LAST_TURN, Toolbox, ask_agent, graph_function, run_agent
-from loader.answer import IDK, RULE_IDK, RULE_UNSUPPORTED, Answer, ChatClient
+from loader.answer.agent import LAST_TURN, run_agent
+from loader.answer.ask import ask_agent
+from loader.answer.prompt import IDK, RULE_IDK, RULE_UNSUPPORTED
+from loader.answer.result import Answer
+from loader.answer.tools import Toolbox
+from loader.providers.chat import ChatClient
 from loader.settings import Settings
 from tests.fake_openai import FakeOpenAI, Reply, Request, chat_reply, tool_call
-from tests.test_answer_db import MODEL, HandEmbedder, chat_settings, load_corpus
+from tests.helpers import MODEL, HandEmbedder, chat_settings, load_corpus
 
 QUESTION = "Which index type is the default?"
 
@@ -340,62 +344,6 @@ def test_weak_retrieval_abstains_before_the_agent_starts(
     assert chats(fake_openai) == []
 
 
-# --- the graph tool ---------------------------------------------------------------------------
-
-EXPLORE_GRAPH = """
-CREATE FUNCTION kb.explore_graph(document_id uuid, hops integer DEFAULT 1)
-RETURNS TABLE (document_id uuid, title text, source_uri text, relation_type text, depth integer)
-LANGUAGE sql STABLE AS $$
-    SELECT d.id, d.title, d.source_uri, r.relation_type, 1
-      FROM kb.document_relations r JOIN kb.documents d ON d.id = r.target_id
-     WHERE r.source_id = explore_graph.document_id
-$$;
-COMMENT ON FUNCTION kb.explore_graph(uuid, integer) IS 'Documents related to a document.';
-"""
-
-
-def test_the_graph_tool_appears_only_with_kb_explore_graph(
-    conn: psycopg.Connection[Any],
-    corpus: dict[str, str],
-    kb_settings: Settings,
-    fake_openai: FakeOpenAI,
-) -> None:
-    assert graph_function(conn) is None
-    conn.execute(EXPLORE_GRAPH)
-    conn.execute(
-        "INSERT INTO kb.document_relations (source_id, target_id, relation_type) "
-        "VALUES (%s, %s, 'references')",
-        (corpus["Index Types"], corpus["VACUUM"]),
-    )
-    conn.commit()
-    graph = graph_function(conn)
-    assert graph is not None
-    assert [(p.name, p.sql_type, p.required) for p in graph.params] == [
-        ("document_id", "uuid", True),
-        ("hops", "integer", False),
-    ]
-    fake_openai.script(
-        "/v1/chat/completions",
-        chat_reply(
-            None,
-            [
-                tool_call("explore_graph", {"document_id": corpus["Index Types"]}, "a"),
-                tool_call("explore_graph", {"hops": 2}, "b"),
-            ],
-        ),
-        chat_reply("B-tree [Index Types]."),
-    )
-    answer = agent(conn, kb_settings)
-    first = chats(fake_openai)[0]
-    tools = {t["function"]["name"]: t["function"] for t in first.body["tools"]}
-    assert tools["explore_graph"]["parameters"]["required"] == ["document_id"]
-    assert "Documents related to a document." in tools["explore_graph"]["description"]
-    found, missing = tool_results(chats(fake_openai)[1])
-    assert [r["title"] for r in found["rows"]] == ["VACUUM"]
-    assert "explore_graph needs document_id" in missing["error"]
-    assert ("VACUUM", "references") in {(d.title, d.relation) for d in answer.related_documents}
-
-
 # --- the Python entry point -------------------------------------------------------------------
 
 
@@ -414,9 +362,11 @@ def test_ask_agent_for_other_programs(
     fake_openai: FakeOpenAI,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import loader.embedding
+    import loader.providers.embeddings
 
-    monkeypatch.setattr(loader.embedding, "get_embedder", lambda settings: HandEmbedder())
+    monkeypatch.setattr(
+        loader.providers.embeddings, "get_embedder", lambda settings: HandEmbedder()
+    )
     fake_openai.script("/v1/chat/completions", chat_reply("B-tree [Index Types]."))
     result = ask_agent(QUESTION, kb_settings)
     assert result["answer"] == "B-tree [Index Types]."
@@ -451,7 +401,7 @@ def test_any_question_gets_an_agent_answer_not_a_crash(
 
 
 def test_an_outline_too_long_for_the_budget_is_cut() -> None:
-    from loader.agent import _outline
+    from loader.answer.tools import outline_lines as _outline
 
     records = [
         {"chunk_index": i, "last_chunk_index": i, "heading_path": f"Part {i}", "token_count": 50}
@@ -465,44 +415,3 @@ def test_an_outline_too_long_for_the_budget_is_cut() -> None:
         [f"{i}: Part {i} (50 tokens)" for i in range(200)],
         0,
     )
-
-
-RAISING_GRAPH = """
-CREATE FUNCTION kb.explore_graph(document_id uuid, hops integer DEFAULT 1)
-RETURNS TABLE (related_id uuid, title text)
-LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    IF hops > 3 THEN
-        RAISE EXCEPTION 'hops must be between 1 and 3, got %', hops;
-    END IF;
-    RETURN QUERY SELECT d.id, d.title FROM kb.documents d WHERE d.id = explore_graph.document_id;
-END
-$$;
-"""
-
-
-def test_a_database_error_in_a_tool_is_reported_to_the_model(
-    conn: psycopg.Connection[Any],
-    corpus: dict[str, str],
-    kb_settings: Settings,
-    fake_openai: FakeOpenAI,
-) -> None:
-    conn.execute(RAISING_GRAPH)
-    conn.commit()
-    doc = corpus["Index Types"]
-    fake_openai.script(
-        "/v1/chat/completions",
-        call("explore_graph", {"document_id": doc, "hops": 9}, "a"),
-        call("explore_graph", {"document_id": doc, "hops": 2}, "b"),
-        chat_reply("B-tree [Index Types]."),
-    )
-    answer = agent(conn, kb_settings)
-    requests = chats(fake_openai)
-    (failed,) = tool_results(requests[1])
-    assert (
-        "explore_graph failed in the database: hops must be between 1 and 3, got 9"
-        in (failed["error"])
-    )
-    _, worked = tool_results(requests[2])
-    assert worked["rows"][0]["title"] == "Index Types"
-    assert answer.mode == "agent" and answer.answer == "B-tree [Index Types]."

@@ -15,10 +15,10 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from loader.answer import IDK, RULE_IDK
+from loader.answer.prompt import IDK, RULE_IDK
 from loader.cli import cli
 from tests.fake_openai import FakeOpenAI, chat_reply
-from tests.test_answer_db import MODEL, load_corpus
+from tests.helpers import MODEL, load_corpus
 
 ANSWERABLE = "Which index type is the default?"
 UNANSWERABLE = "How does MySQL handle replication lag with Galera?"
@@ -164,8 +164,9 @@ def test_bad_input_gets_a_clean_message(env: dict[str, str]) -> None:
 def test_a_streamed_reply_is_followed_by_the_checked_answer(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from loader.answer import Answer, Passage
-    from loader.commands.ask import _print
+    from loader.answer.passages import Passage
+    from loader.answer.result import Answer
+    from loader.cli.ask import _print
 
     passage = Passage("d1", "Index Types", "/kb/indexes-types.md", 1, "B-tree...", 0.03)
     checked = Answer(

@@ -6,23 +6,20 @@ import time
 
 import pytest
 
-from loader.answer import (
+from loader.answer.citations import check_citations, is_idk
+from loader.answer.extractive import best_excerpt, extractive_answer
+from loader.answer.passages import Passage
+from loader.answer.prompt import (
     IDK,
     RULE_IDK,
     RULE_UNSUPPORTED,
     SYSTEM_RULES,
-    ChatClient,
-    ChatError,
-    Passage,
-    best_excerpt,
     build_messages,
-    check_citations,
     clean_question,
-    extractive_answer,
-    is_idk,
     prepare_question,
 )
 from loader.errors import ConfigError, PgkbError
+from loader.providers.chat import ChatClient, ChatError
 from loader.settings import load_settings
 from tests.fake_openai import FakeOpenAI, Reply, chat_reply
 

@@ -7,179 +7,23 @@ and the keyword leg is PostgreSQL's own. The chat model is the fake OpenAI serve
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import uuid
-from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 import pytest
 
-from loader.answer import (
-    IDK,
-    RULE_IDK,
-    RULE_UNSUPPORTED,
-    SYSTEM_RULES,
-    Answer,
-    ChatClient,
-    answer_question,
-)
+from loader.answer.prompt import IDK, RULE_IDK, RULE_UNSUPPORTED, SYSTEM_RULES
+from loader.answer.result import Answer
+from loader.answer.single import answer_question
+from loader.providers.chat import ChatClient
 from loader.settings import Settings
 from tests.fake_openai import FakeOpenAI, Reply, chat_reply
-
-MODEL = "hand-made-4d"
-
-
-@dataclasses.dataclass(frozen=True)
-class Doc:
-    title: str
-    source_uri: str
-    category: str
-    chunks: list[tuple[str, str, list[float]]]
-    """(heading_path, content, vector) per chunk, in order."""
-
-
-LONG_CHUNKS = [
-    (
-        f"Checkpoint Tuning > Part {i // 10 + 1}",
-        f"Checkpoint section {i}: the checkpointer flushes dirty buffers to disk so that WAL "
-        f"before the checkpoint can be recycled. Paragraph {i} discusses checkpoint_timeout and "
-        f"max_wal_size, and how spreading writes with checkpoint_completion_target avoids I/O "
-        f"spikes. Detail number {i} of the long manual.",
-        [0.0, 0.0, 1.0, 0.01 * i],
-    )
-    for i in range(30)
-]
-
-CORPUS = [
-    Doc(
-        "Index Types",
-        "/kb/indexes-types.md",
-        "manual",
-        [
-            (
-                "Indexes > Index Types",
-                "PostgreSQL provides several index types: B-tree, Hash, GiST, SP-GiST, GIN and "
-                "BRIN. Each index type uses a different algorithm suited to different queries.",
-                [1.0, 0.0, 0.0, 0.0],
-            ),
-            (
-                "Indexes > Index Types > B-tree",
-                "B-tree is the default index type: CREATE INDEX creates a B-tree index unless "
-                "USING names another method.",
-                [0.9, 0.1, 0.0, 0.0],
-            ),
-            (
-                "Indexes > Index Types > GIN",
-                "GIN indexes suit composite values such as arrays and jsonb documents.",
-                [0.8, 0.0, 0.2, 0.0],
-            ),
-        ],
-    ),
-    Doc(
-        "VACUUM",
-        "/kb/sql-vacuum.md",
-        "manual",
-        [
-            (
-                "VACUUM",
-                "VACUUM reclaims storage occupied by dead tuples left behind by updates and "
-                "deletes.",
-                [0.0, 1.0, 0.0, 0.0],
-            ),
-            (
-                "VACUUM > FULL",
-                "VACUUM FULL rewrites the whole table into a new file and needs an exclusive "
-                "lock on it while it runs.",
-                [0.0, 0.9, 0.1, 0.0],
-            ),
-        ],
-    ),
-    Doc("Checkpoint Tuning", "/kb/checkpoint-tuning.md", "guide", LONG_CHUNKS),
-]
-
-
-class HandEmbedder:
-    """Maps a question onto the corpus's hand-made directions by the words it contains."""
-
-    AXES: Sequence[tuple[str, ...]] = (
-        ("index", "b-tree", "btree", "gin"),
-        ("vacuum", "dead", "reclaim"),
-        ("checkpoint", "wal"),
-    )
-
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-
-    def embed_query(self, text: str) -> list[float]:
-        self.queries.append(text)
-        lowered = text.lower()
-        vector = [0.0, 0.0, 0.0, 0.05]
-        for axis, words in enumerate(self.AXES):
-            if any(w in lowered for w in words):
-                vector[axis] = 1.0
-        return vector
-
-
-def load_corpus(conn: psycopg.Connection[Any], docs: Sequence[Doc] = CORPUS) -> dict[str, str]:
-    """Write ``docs`` into the kb tables; returns {title: document id}."""
-    conn.execute("SELECT kb.register_model(%s, 4, 'test')", (MODEL,))
-    ids: dict[str, str] = {}
-    for doc in docs:
-        doc_id = str(uuid.uuid4())
-        ids[doc.title] = doc_id
-        text = "\n".join(c for _h, c, _v in doc.chunks)
-        conn.execute(
-            "INSERT INTO kb.documents (id, source_uri, title, content_sha, category) "
-            "VALUES (%s, %s, %s, %s, %s)",
-            (
-                doc_id,
-                doc.source_uri,
-                doc.title,
-                hashlib.sha256(text.encode()).hexdigest(),
-                doc.category,
-            ),
-        )
-        for index, (heading, content, vector) in enumerate(doc.chunks):
-            row = conn.execute(
-                "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, "
-                "content_sha, token_count) VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
-                (
-                    doc_id,
-                    index,
-                    heading,
-                    content,
-                    hashlib.sha256(content.encode()).hexdigest(),
-                    len(content.split()) * 4 // 3,
-                ),
-            ).fetchone()
-            assert row is not None
-            conn.execute(
-                "INSERT INTO kb.embeddings (chunk_id, model_id, embedding) "
-                "SELECT %s, id, %s::vector FROM kb.embedding_models WHERE name = %s",
-                (row[0], str(vector), MODEL),
-            )
-    conn.commit()
-    return ids
+from tests.helpers import MODEL, HandEmbedder, chat_settings, load_corpus
 
 
 @pytest.fixture
 def corpus(conn: psycopg.Connection[Any]) -> dict[str, str]:
     return load_corpus(conn)
-
-
-def chat_settings(settings: Settings, fake_openai: FakeOpenAI) -> Settings:
-    """The test database, the hand-made model, and the fake server as the chat model."""
-    return settings.replace(
-        embedding_model=MODEL,
-        embedding_dims=4,
-        chat_base_url=fake_openai.base_url,
-        chat_model="fake-chat",
-        chat_api_key="sk-test",
-        chat_max_retries=0,
-        chat_timeout=5.0,
-    )
 
 
 @pytest.fixture
@@ -450,7 +294,8 @@ def test_graph_neighbours_of_cited_documents_are_related(
 def test_overlapping_neighbour_windows_become_one_passage_without_repeats(
     conn: psycopg.Connection[Any], corpus: dict[str, str]
 ) -> None:
-    from loader.answer import Passage, expand_with_neighbours
+    from loader.answer.context import expand_with_neighbours
+    from loader.answer.passages import Passage
 
     rows = conn.execute(
         "SELECT id, chunk_index, content FROM kb.chunks WHERE document_id = %s "

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from loader.answer import IDK, RULE_IDK, RULE_UNSUPPORTED
+from loader.answer.prompt import IDK, RULE_IDK, RULE_UNSUPPORTED
 from loader.cli import cli
 from loader.resources import sample_corpus_dir
 from loader.settings import load_settings
-from tests.conftest import create_database, drop_database
 from tests.fake_openai import FakeOpenAI, chat_reply
+from tests.helpers import create_database, drop_database
 
 pytestmark = pytest.mark.model
 
@@ -44,8 +44,8 @@ def manual_db(
 
     Yields ({file name: title}, the CLI environment); the tests only read.
     """
-    from loader.db import connection
-    from loader.ingest import ingest_paths
+    from loader.db.session import connection
+    from loader.ingest.pipeline import ingest_paths
 
     name = f"pgkb_answer_{uuid.uuid4().hex[:8]}"
     url = create_database(pg_url, name, template=template_db)
@@ -142,9 +142,9 @@ def test_the_agent_reads_a_real_page_through_its_outline(
     embedder: Any,
     fake_openai: FakeOpenAI,
 ) -> None:
-    from loader.agent import run_agent
-    from loader.answer import ChatClient
-    from loader.db import connection
+    from loader.answer.agent import run_agent
+    from loader.db.session import connection
+    from loader.providers.chat import ChatClient
     from tests.fake_openai import tool_call
 
     titles, env = manual_db

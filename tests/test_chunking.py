@@ -7,10 +7,11 @@ import itertools
 
 import pytest
 
-from loader.chunking import Chunker
-from loader.embedding import LocalEmbedder, check_chunk_size
 from loader.errors import ConfigError
-from loader.extract import Section
+from loader.ingest.chunking import Chunker
+from loader.ingest.extract import Section
+from loader.providers.embeddings import check_chunk_size
+from loader.providers.local import LocalEmbedder
 from loader.settings import Settings
 
 

@@ -42,7 +42,7 @@ def test_unreachable_database_is_one_clear_message(tmp_path: Path) -> None:
 
 
 def test_unmigrated_database_is_refused_with_the_fix(empty_db_url: str) -> None:
-    from loader.db import check_schema
+    from loader.db.migrations import check_schema
     from loader.errors import DatabaseError
 
     with psycopg.connect(empty_db_url) as conn, pytest.raises(DatabaseError) as info:

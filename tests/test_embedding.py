@@ -8,14 +8,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from loader.embedding import (
-    Embedder,
-    LocalEmbedder,
-    OpenAIEmbedder,
-    ensure_model,
-    get_embedder,
-)
 from loader.errors import ModelMismatchError, PgkbError
+from loader.providers.embeddings import Embedder, ensure_model, get_embedder
+from loader.providers.local import LocalEmbedder
+from loader.providers.openai_embeddings import OpenAIEmbedder
 from loader.settings import Settings
 from tests.fake_openai import FakeOpenAI, Reply, fake_vector
 

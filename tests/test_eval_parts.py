@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loader.abstention import AbstentionRule, Condition
+from loader.answer.abstention import AbstentionRule, Condition
 from loader.errors import PgkbError
 from loader.evaluation.beir import BeirFormatError, load_beir
 from loader.evaluation.calibrate import Sample, calibrate, rule_rates

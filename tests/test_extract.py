@@ -7,7 +7,7 @@ import io
 import pytest
 from pypdf import PdfReader
 
-from loader.extract import ExtractionError, extract
+from loader.ingest.extract import ExtractionError, extract
 from loader.resources import sample_corpus_dir
 from tests.pdfs import blank_pdf, text_pdf
 

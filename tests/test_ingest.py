@@ -19,10 +19,12 @@ import pytest
 from click.testing import CliRunner
 
 from loader.cli import cli
-from loader.embedding import OpenAIEmbedder
 from loader.errors import ConfigError, ModelMismatchError
-from loader.extract import Section
-from loader.ingest import INGEST_LOCK_KEY, SourceDocument, ingest_documents, ingest_paths
+from loader.ingest.extract import Section
+from loader.ingest.pipeline import ingest_documents, ingest_paths
+from loader.ingest.sources import SourceDocument
+from loader.ingest.writer import INGEST_LOCK_KEY
+from loader.providers.openai_embeddings import OpenAIEmbedder
 from loader.settings import Settings, load_settings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.pdfs import blank_pdf, text_pdf
@@ -189,7 +191,7 @@ def test_unchanged_files_are_not_parsed(
     def no_parsing(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("an unchanged file was parsed")
 
-    monkeypatch.setattr("loader.ingest.extract", no_parsing)
+    monkeypatch.setattr("loader.ingest.pipeline.extract", no_parsing)
     report = ingest_paths(settings, [root])
     assert report.unchanged == 5
     # a different chunk size changes what is stored: everything is re-chunked (not re-read
@@ -329,7 +331,7 @@ def test_files_deleted_or_changed_during_the_run(
                 return os.stat_result(values)
         return result
 
-    monkeypatch.setattr("loader.ingest.os.stat", stat)
+    monkeypatch.setattr("loader.ingest.sources.os.stat", stat)
     report = ingest_paths(_settings(db_url, tmp_path, fake_openai), [root], progress=delete_b)
     reasons = {Path(f["source"]).name: f["reason"] for f in report.failed}
     assert reasons["b.md"].startswith("deleted during the run")

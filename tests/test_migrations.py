@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 
@@ -10,9 +11,9 @@ import pytest
 from alembic.script import ScriptDirectory
 
 from loader import resources
+from loader.db.migrations import alembic_config
 from loader.devtools import snapshot
-from loader.migrate import alembic_config
-from tests.conftest import migrate
+from tests.helpers import migrate
 
 KB_FUNCTIONS = """
     SELECT p.proname, pg_get_functiondef(p.oid)
@@ -45,7 +46,7 @@ def test_round_trip_base_head_base_head(empty_db_url: str) -> None:
         functions = _functions(conn)
     assert {"documents", "chunks", "embeddings", "embedding_models"} <= tables
 
-    from loader.migrate import downgrade
+    from loader.db.migrations import downgrade
 
     downgrade(empty_db_url, "base")
     with psycopg.connect(empty_db_url) as conn:
@@ -93,6 +94,31 @@ def test_landed_migrations_never_change() -> None:
         assert snapshot.file_hash(path) == digest, (
             f"landed migration {name} was edited; migrations are immutable, add a new one"
         )
+
+
+# The modules landed migrations import, frozen like the migrations: replaying 0001 next year runs
+# today's helper. A helper never changes; a new behaviour goes into a new module (for example
+# loader/migration_ops_v2.py) that new migrations import (see sql_functions/README.md).
+FROZEN_HELPERS = {
+    "loader/migration_ops.py": "4246e5ba5deb3ec4b92ddf7fd3b5caa6bd610f10f520aa3f757d2adc40f4b70d",
+}
+
+
+def test_the_helpers_migrations_import_never_change() -> None:
+    root = resources.PACKAGE_DIR.parent
+    for name, digest in FROZEN_HELPERS.items():
+        assert snapshot.file_hash(root / name) == digest, (
+            f"{name} is imported by landed migrations and must never change; "
+            "put new behaviour in a new versioned module"
+        )
+
+
+def test_migrations_import_only_frozen_helpers() -> None:
+    for path in (resources.alembic_dir() / "versions").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("loader"):
+                helper = str(node.module).replace(".", "/") + ".py"
+                assert helper in FROZEN_HELPERS, f"{path.name} imports {node.module}, not frozen"
 
 
 def test_migrations_never_read_sql_functions_at_run_time() -> None:

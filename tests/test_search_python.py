@@ -17,8 +17,7 @@ from loader.cli import cli
 from loader.errors import ModelMismatchError, PgkbError
 from loader.search import SearchHit, search
 from loader.settings import Settings, load_settings
-from tests.conftest import create_database, drop_database
-from tests.test_search_sql import D1, D2, D3, Corpus, load_golden
+from tests.helpers import D1, D2, D3, Corpus, create_database, drop_database, load_golden
 
 
 @pytest.fixture
@@ -227,7 +226,7 @@ def sample_kb(
     pg_url: str, template_db: str, tmp_path_factory: pytest.TempPathFactory, embedder: Any
 ) -> Iterator[Settings]:
     """Seven sample manual pages ingested with the real model, once for this module."""
-    from loader.ingest import ingest_paths
+    from loader.ingest.pipeline import ingest_paths
 
     name = f"pgkb_search_{uuid.uuid4().hex[:8]}"
     url = create_database(pg_url, name, template=template_db)
@@ -260,7 +259,7 @@ def _uri_of(hit: SearchHit) -> str:
 def test_exact_identifier_finds_its_page_first(
     sample_kb: Settings, embedder: Any, query: str, page: str
 ) -> None:
-    from loader.db import connection
+    from loader.db.session import connection
 
     with connection(sample_kb) as conn:
         for mode in ("hybrid", "keyword"):
@@ -283,7 +282,7 @@ def test_exact_identifier_finds_its_page_first(
 def test_paraphrase_without_shared_words_finds_its_page(
     sample_kb: Settings, embedder: Any, question: str, page: str
 ) -> None:
-    from loader.db import connection
+    from loader.db.session import connection
 
     with connection(sample_kb) as conn:
         doc = conn.execute(

@@ -7,104 +7,13 @@ here independently from the raw tsvectors (BM25), never read back from the funct
 from __future__ import annotations
 
 import math
-import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import pytest
 from pgvector import Vector
 
-D1 = uuid.UUID("00000000-0000-0000-0000-0000000000d1")
-D2 = uuid.UUID("00000000-0000-0000-0000-0000000000d2")
-D3 = uuid.UUID("00000000-0000-0000-0000-0000000000d3")
-
-# (document, chunk_index, heading_path, content, token_count, embedding)
-CHUNKS = [
-    (
-        D1,
-        0,
-        "Errors > Class 40",
-        "SQLSTATE 40P01 means deadlock_detected: two transactions wait on each other",
-        20,
-        [1.0, 0.0, 0.0],
-    ),
-    (
-        D1,
-        1,
-        "Errors > Class 40",
-        "serialization_failure 40001: retry the transaction",
-        12,
-        [0.8, 0.6, 0.0],
-    ),
-    (
-        D2,
-        0,
-        "Resource Consumption > Memory",
-        "maintenance_work_mem sets the memory used by "
-        "maintenance operations such as VACUUM and CREATE INDEX",
-        25,
-        [0.0, 1.0, 0.0],
-    ),
-    (
-        D2,
-        1,
-        "Resource Consumption > Memory",
-        "work_mem sets the memory used by sort operations "
-        "and hash tables before writing to temporary files",
-        24,
-        [0.0, 0.6, 0.8],
-    ),
-    (
-        D3,
-        0,
-        "Routine Vacuuming",
-        "VACUUM reclaims storage occupied by dead tuples; run vacuum regularly",
-        15,
-        [0.0, 0.0, 1.0],
-    ),
-]
-DOCS = [
-    (D1, "errcodes.html", "Error Codes", "reference", '{"team": "db", "version": 15}'),
-    (
-        D2,
-        "runtime-config-resource.html",
-        "Resource Consumption",
-        "configuration",
-        '{"team": "ops", "version": 15}',
-    ),
-    (D3, "routine-vacuuming.html", "Routine Vacuuming", "maintenance", '{"team": "ops"}'),
-]
-
-
-@dataclass
-class Corpus:
-    ids: list[int]  # chunk ids in CHUNKS order
-    model_id: int
-
-
-def load_golden(conn: psycopg.Connection[Any]) -> Corpus:
-    model_id = conn.execute("SELECT kb.register_model('golden', 3, 'test')").fetchone()[0]
-    for doc_id, uri, title, category, metadata in DOCS:
-        conn.execute(
-            "INSERT INTO kb.documents (id, source_uri, title, content_sha, category, metadata) "
-            "VALUES (%s, %s, %s, 'sha', %s, %s::jsonb)",
-            (doc_id, uri, title, category, metadata),
-        )
-    ids = []
-    for doc_id, index, heading, content, tokens, vector in CHUNKS:
-        chunk_id = conn.execute(
-            "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
-            "token_count) VALUES (%s, %s, %s, %s, 'sha', %s) RETURNING id",
-            (doc_id, index, heading, content, tokens),
-        ).fetchone()[0]
-        conn.execute(
-            "INSERT INTO kb.embeddings (chunk_id, model_id, embedding) VALUES (%s, %s, %s)",
-            (chunk_id, model_id, Vector(vector)),
-        )
-        ids.append(chunk_id)
-    conn.commit()
-    return Corpus(ids, model_id)
+from tests.helpers import CHUNKS, D1, D2, D3, Corpus, load_golden
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """Deriving the abstention rule from labelled questions (``pgkb eval --calibrate``).
 
-Input: the retrieval signals of every question (:func:`loader.abstention.compute_signals`) and
-whether the corpus can answer it. Output: an :class:`~loader.abstention.AbstentionRule`, a
-disjunction of at most ``max_clauses`` clauses of one or two threshold tests, learnt greedily:
+Input: the retrieval signals of every question
+(:func:`loader.answer.abstention.compute_signals`) and whether the corpus can answer it.
+Output: an :class:`~loader.answer.abstention.AbstentionRule`, a disjunction of at most
+``max_clauses`` clauses of one or two threshold tests, learnt greedily:
 
 1. candidate tests: for every signal, a threshold halfway between each two neighbouring
    observed values, in the direction that points at "unanswerable" (few hits covered, low
@@ -26,7 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loader.abstention import AbstentionRule, Condition
+from loader.answer.abstention import AbstentionRule, Condition
 
 # For each signal: the operator that points at "unanswerable".
 DIRECTIONS: dict[str, str] = {

@@ -7,6 +7,9 @@
   the user's knowledge base; a re-run reuses what is already there.
 
 Both return a JSON-ready report (see ``loader.evaluation.report`` for the table).
+
+Over 400 lines on purpose: it is the one script of ``pgkb eval`` (bundled questions and BEIR),
+step by step; its parts live in the sibling modules.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Any
 
 import psycopg
 
-from loader.abstention import AbstentionRule, load_rule, save_rule
+from loader.answer.abstention import AbstentionRule, load_rule, save_rule
+from loader.db import queries
 from loader.errors import PgkbError
 from loader.evaluation.beir import BeirDataset, load_beir
 from loader.evaluation.calibrate import Sample, calibrate, rule_rates
@@ -82,7 +86,7 @@ def _samples(results: Sequence[QueryResult]) -> list[Sample]:
 
 
 def _ingest_corpus(settings: Settings, corpus: Path, progress: Progress) -> dict[str, Any]:
-    from loader.ingest import ingest_paths
+    from loader.ingest.pipeline import ingest_paths
 
     if not corpus.exists():
         raise PgkbError(
@@ -103,8 +107,8 @@ def _ingest_corpus(settings: Settings, corpus: Path, progress: Progress) -> dict
 
 def _create_schema_if_missing(settings: Settings, progress: Progress) -> None:
     """A database without the kb schema gets it (one that is behind is left to the user)."""
-    from loader.db import connect, current_revision, database_url
-    from loader.migrate import upgrade
+    from loader.db.connect import connect, database_url
+    from loader.db.migrations import current_revision, upgrade
 
     url = database_url(settings)
     conn = connect(url, register=False)
@@ -143,7 +147,7 @@ def _evaluate_items(
     abstention: bool,
     progress: Progress,
 ) -> list[QueryResult]:
-    from loader.embedding import get_embedder
+    from loader.providers.embeddings import get_embedder
 
     embedder = get_embedder(settings)
     return run_queries(
@@ -171,7 +175,7 @@ def evaluate_questions(
     progress: Progress = _quiet,
 ) -> dict[str, Any]:
     """The eval over a question file; with ``do_calibrate`` also derives and stores the rule."""
-    from loader.db import connection
+    from loader.db.session import connection
     from loader.resources import sample_corpus_dir
 
     questions = load_questions(questions_file)
@@ -192,7 +196,7 @@ def evaluate_questions(
     ingestion = _ingest_corpus(settings, corpus_dir, progress) if ingest else None
 
     with connection(settings) as conn:
-        uris = [row[0] for row in conn.execute("SELECT source_uri FROM kb.documents")]
+        uris = [row[0] for row in conn.execute(queries.SOURCE_URIS)]
         conn.rollback()
         if not uris:
             raise PgkbError(
@@ -305,17 +309,17 @@ def ensure_beir_database(settings: Settings, name: str, progress: Progress) -> s
     """The URL of database ``name`` on the configured server, created and migrated if needed."""
     from psycopg import sql
 
-    from loader.db import connect, database_url
-    from loader.migrate import upgrade
+    from loader.db.connect import connect, database_url
+    from loader.db.migrations import upgrade
 
     base = database_url(settings)
     admin = connect(base, autocommit=True, register=False)
     try:
-        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        exists = admin.execute(queries.DATABASE_EXISTS, (name,)).fetchone()
         if not exists:
             progress(f"creating database {name} for the benchmark")
             try:
-                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+                admin.execute(queries.CREATE_DATABASE.format(sql.Identifier(name)))
             except psycopg.errors.InsufficientPrivilege:
                 raise PgkbError(
                     f"cannot create the benchmark database {name}: permission denied",
@@ -334,9 +338,10 @@ def ingest_beir(settings: Settings, dataset: BeirDataset, progress: Progress) ->
 
     Unchanged entries (same content hash) are skipped, so a re-run costs a read of the file.
     """
-    from loader.db import connection
-    from loader.embedding import get_embedder
-    from loader.ingest import SourceDocument, ingest_documents
+    from loader.db.session import connection
+    from loader.ingest.pipeline import ingest_documents
+    from loader.ingest.sources import SourceDocument
+    from loader.providers.embeddings import get_embedder
 
     embedder = get_embedder(settings)
     total = dataset.corpus_size()
@@ -391,7 +396,7 @@ def evaluate_beir(
     progress: Progress = _quiet,
 ) -> dict[str, Any]:
     """The eval over a BEIR dataset, in its own database."""
-    from loader.db import connection
+    from loader.db.session import connection
 
     dataset = load_beir(folder, split)
     name = beir_database_name(dataset, settings)

@@ -6,7 +6,7 @@ the results run out of documents before then), dedupes the chunk hits to documen
 order, and scores that ranking against the query's relevant documents with recall@k, MRR@10
 and nDCG@10 (:mod:`loader.evaluation.metrics`). Answerable questions are scored; unanswerable
 ones (no relevant documents) only feed the abstention figures: the gate
-(:mod:`loader.abstention`) sees the hybrid hits the answer path would see (the first
+(:mod:`loader.answer.abstention`) sees the hybrid hits the answer path would see (the first
 ``match_count`` chunks) and the runner counts how many unanswerable questions it flags and how
 many answerable ones it wrongly flags.
 """
@@ -21,9 +21,10 @@ from typing import Any
 
 import psycopg
 
-from loader.abstention import AbstentionRule, apply_rule, compute_signals
+from loader.answer.abstention import AbstentionRule, apply_rule, compute_signals
 from loader.evaluation.metrics import mrr_at_k, ndcg_at_k, recall_at_k
 from loader.evaluation.questions import Question, label_ranking
+from loader.search import hit_value
 from loader.settings import Settings
 
 MODES = ("vector", "keyword", "hybrid")
@@ -74,18 +75,12 @@ def metric_names(k: int) -> tuple[str, str, str]:
     return (f"recall@{k}", f"mrr@{DEPTH}", f"ndcg@{DEPTH}")
 
 
-def _attr(hit: Any, name: str) -> Any:
-    if isinstance(hit, Mapping):
-        return hit.get(name)
-    return getattr(hit, name, None)
-
-
 def dedupe_documents(hits: Sequence[Any]) -> list[str]:
     """The ``source_uri``s of ``hits`` in rank order, each once."""
     seen: set[str] = set()
     out: list[str] = []
     for hit in hits:
-        uri = str(_attr(hit, "source_uri"))
+        uri = str(hit_value(hit, "source_uri"))
         if uri not in seen:
             seen.add(uri)
             out.append(uri)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from loader.db import connect, current_revision, database_url, head_revision, redact
+from psycopg.rows import class_row
+
+from loader.db import queries
+from loader.db.connect import connect, database_url, redact
+from loader.db.migrations import current_revision, head_revision
 from loader.settings import Settings
 
 
@@ -12,10 +17,8 @@ def schema_status(settings: Settings) -> dict[str, Any]:
     url = database_url(settings)
     conn = connect(url, register=False)
     try:
-        server = conn.execute("SHOW server_version").fetchone()
-        vector = conn.execute(
-            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
-        ).fetchone()
+        server = conn.execute(queries.SERVER_VERSION).fetchone()
+        vector = conn.execute(queries.PGVECTOR_INSTALLED).fetchone()
         revision = current_revision(conn)
         status: dict[str, Any] = {
             "database": redact(url),
@@ -26,15 +29,10 @@ def schema_status(settings: Settings) -> dict[str, Any]:
             "head_revision": head_revision(),
         }
         if revision is not None:
-            counts = conn.execute(
-                "SELECT (SELECT count(*) FROM kb.documents), (SELECT count(*) FROM kb.chunks), "
-                "(SELECT count(*) FROM kb.embeddings), "
-                "(SELECT name || ' (' || dims || ' dims)' FROM kb.embedding_models WHERE is_active)"
-            ).fetchone()
+            with conn.cursor(row_factory=class_row(queries.KbCounts)) as cur:
+                counts = cur.execute(queries.KB_COUNTS).fetchone()
             assert counts is not None
-            status.update(
-                documents=counts[0], chunks=counts[1], embeddings=counts[2], active_model=counts[3]
-            )
+            status.update(dataclasses.asdict(counts))
         return status
     finally:
         conn.close()

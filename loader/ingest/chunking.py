@@ -20,8 +20,8 @@ import dataclasses
 import hashlib
 from collections.abc import Sequence
 
-from loader.embedding import Embedder, check_chunk_size, special_tokens
-from loader.extract import Section
+from loader.ingest.extract import Section
+from loader.providers.embeddings import Embedder, check_chunk_size, special_tokens
 from loader.settings import Settings
 
 MIN_BODY_TOKENS = 16

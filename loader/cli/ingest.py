@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from loader.commands.base import App, setting_option
+from loader.cli.base import App, setting_option
 
 
 def parse_meta(values: tuple[str, ...]) -> dict[str, str]:
@@ -116,8 +116,8 @@ def ingest(
     """
     import logging
 
-    from loader.commands.base import emit_json
-    from loader.ingest import ingest_paths
+    from loader.cli.base import emit_json
+    from loader.ingest.pipeline import ingest_paths
 
     settings = app.settings(
         chunk_tokens=chunk_tokens,

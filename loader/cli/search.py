@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from loader.commands.base import App
+from loader.cli.base import App
 
 if TYPE_CHECKING:
     from loader.search import SearchHit
@@ -81,8 +81,8 @@ def search(
     rankings (kb.hybrid_search); keyword mode needs no model. Quote phrases ("write ahead log"),
     exclude words with -word.
     """
-    from loader.commands.base import emit_json
-    from loader.db import connection
+    from loader.cli.base import emit_json
+    from loader.db.session import connection
     from loader.errors import PgkbError
     from loader.search import search as run_search
 
@@ -92,7 +92,7 @@ def search(
         raise PgkbError("the search query is empty", hint='pgkb search "how do I ..."')
     embedding: list[float] | None = None
     if mode != "keyword":
-        from loader.embedding import get_embedder
+        from loader.providers.embeddings import get_embedder
 
         embedding = get_embedder(settings).embed_query(text)
     with connection(settings) as conn:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from loader.commands.base import App
+from loader.cli.base import App
 
 
 @click.command("eval")
@@ -85,7 +85,7 @@ def eval_command(
     pgkb eval --questions q.json --corpus ./docs
     pgkb eval --beir ../datasets/scifact --json
     """
-    from loader.commands.base import emit_json
+    from loader.cli.base import emit_json
     from loader.errors import PgkbError
     from loader.evaluation.harness import evaluate_beir, evaluate_questions
     from loader.evaluation.questions import default_holdout_file, default_questions_file

@@ -32,6 +32,9 @@ gate abstains when any clause holds. ``pgkb eval --calibrate`` derives the rule 
 evaluation questions (:mod:`loader.evaluation.calibrate`) and stores it in ``kb.settings``
 under the key ``abstention``; the ``abstention_rule`` setting (JSON) overrides it, and
 ``abstention = false`` turns the gate off.
+
+Over 400 lines on purpose: the signals, the rule and its JSON form are read together when
+calibrating; splitting them would scatter one contract.
 """
 
 from __future__ import annotations
@@ -46,8 +49,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import psycopg
+from psycopg.rows import class_row
 
+from loader.db import queries
 from loader.errors import ConfigError
+from loader.search import hit_value
 from loader.settings import Settings
 
 SETTINGS_KEY = "abstention"
@@ -298,42 +304,9 @@ def _surface_regex(phrase: str) -> str:
     return r"(?<![[:alnum:]_])" + r"\s+".join(words) + r"(?![[:alnum:]_])"
 
 
-_TERMS_SQL = """
-WITH q AS (
-    SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', %(query)s))
-), n AS (
-    SELECT greatest(chunk_count, 1)::float8 AS n FROM kb.corpus_stats
-)
-SELECT q.lexeme, coalesce(t.df, 0) AS df,
-       ln(1 + (n.n - coalesce(t.df, 0) + 0.5) / (coalesce(t.df, 0) + 0.5)) AS idf
-  FROM q CROSS JOIN n LEFT JOIN kb.term_stats t USING (lexeme)
- ORDER BY q.lexeme
-"""
-
-# Does the exact name (whole words, any case) occur in some chunk? The phrase query narrows the
-# candidates through the GIN index on tsv; the regular expression checks the surface form, so
-# "LATERAL" is not found in a chunk that says "later". A name made only of stop words counts as
-# found.
-_NAME_FOUND_SQL = """
-SELECT numnode(phraseto_tsquery('english', %(phrase)s)) = 0
-    OR EXISTS (SELECT 1 FROM kb.chunks c
-                WHERE c.tsv @@ phraseto_tsquery('english', %(phrase)s)
-                  AND (c.heading_path || ' ' || c.content) ~* %(regex)s)
-"""
-
-_WORD_LEXEMES_SQL = """
-SELECT w.word,
-       coalesce(bool_and(t.df IS NULL), false) AND count(l.lexeme) > 0 AS absent
-  FROM unnest(%(words)s::text[]) AS w(word)
-  LEFT JOIN LATERAL unnest(to_tsvector('english', w.word)) AS l ON true
-  LEFT JOIN kb.term_stats t ON t.lexeme = l.lexeme AND t.df > 0
- GROUP BY w.word
-"""
-
-
 def _name_found(conn: psycopg.Connection[Any], phrase: str) -> bool:
     row = conn.execute(
-        _NAME_FOUND_SQL, {"phrase": phrase, "regex": _surface_regex(phrase)}
+        queries.NAME_FOUND, {"phrase": phrase, "regex": _surface_regex(phrase)}
     ).fetchone()
     return bool(row is not None and row[0])
 
@@ -352,56 +325,44 @@ def unknown_names(conn: psycopg.Connection[Any], query_text: str) -> list[str]:
         missing.append(phrase)
     rare = list(dict.fromkeys(_rare_words(query_text)))
     if rare:
-        for word, absent in conn.execute(_WORD_LEXEMES_SQL, {"words": rare}).fetchall():
+        for word, absent in conn.execute(queries.WORD_LEXEMES, {"words": rare}).fetchall():
             if absent:
                 missing.append(str(word))
     return missing
-
-
-_CHUNK_LEXEMES_SQL = """
-SELECT c.id,
-       array(SELECT unnest(tsvector_to_array(c.tsv))
-             INTERSECT SELECT unnest(%(lexemes)s::text[]))
-  FROM kb.chunks c
- WHERE c.id = ANY(%(ids)s)
-"""
-
-
-def _attr(hit: Any, name: str) -> Any:
-    if isinstance(hit, Mapping):
-        return hit.get(name)
-    return getattr(hit, name, None)
 
 
 def compute_signals(
     conn: psycopg.Connection[Any], query_text: str, hits: Sequence[Any]
 ) -> dict[str, Any]:
     """The retrieval signals of one query and its hits (best first), as plain numbers."""
-    terms = conn.execute(_TERMS_SQL, {"query": query_text}).fetchall()
-    idf = {str(lexeme): float(weight) for lexeme, _df, weight in terms}
-    unknown = sorted(str(lexeme) for lexeme, df, _ in terms if df == 0)
+    with conn.cursor(row_factory=class_row(queries.QueryTerm)) as cur:
+        terms = cur.execute(queries.QUERY_TERMS, {"query": query_text}).fetchall()
+    idf = {t.lexeme: float(t.idf) for t in terms}
+    unknown = sorted(t.lexeme for t in terms if t.df == 0)
 
     names_missing = unknown_names(conn, query_text)
 
-    chunk_ids = [int(_attr(h, "chunk_id")) for h in hits if _attr(h, "chunk_id") is not None]
+    chunk_ids = [
+        int(hit_value(h, "chunk_id")) for h in hits if hit_value(h, "chunk_id") is not None
+    ]
     total = sum(idf.values())
     coverage = 0.0
     if chunk_ids and total > 0:
         rows = conn.execute(
-            _CHUNK_LEXEMES_SQL, {"ids": chunk_ids, "lexemes": sorted(idf)}
+            queries.CHUNK_LEXEMES, {"ids": chunk_ids, "lexemes": sorted(idf)}
         ).fetchall()
         for _chunk_id, present in rows:
             coverage = max(coverage, sum(idf[lex] for lex in present or ()) / total)
 
     similarities = [
-        float(s) for s in (_attr(h, "vector_similarity") for h in hits) if s is not None
+        float(s) for s in (hit_value(h, "vector_similarity") for h in hits) if s is not None
     ]
-    scores = [float(s) for s in (_attr(h, "score") for h in hits) if s is not None]
-    keyword_hits = sum(1 for h in hits if _attr(h, "keyword_rank") is not None)
+    scores = [float(s) for s in (hit_value(h, "score") for h in hits) if s is not None]
+    keyword_hits = sum(1 for h in hits if hit_value(h, "keyword_rank") is not None)
     both = sum(
         1
         for h in hits
-        if _attr(h, "keyword_rank") is not None and _attr(h, "vector_rank") is not None
+        if hit_value(h, "keyword_rank") is not None and hit_value(h, "vector_rank") is not None
     )
     gap: float | None = None
     if len(scores) >= 5 and scores[0] > 0:
@@ -432,7 +393,7 @@ def load_rule(conn: psycopg.Connection[Any], settings: Settings) -> AbstentionRu
     configured = settings.abstention_rule
     if configured:
         return AbstentionRule.from_json(configured, source="setting abstention_rule")
-    row = conn.execute("SELECT value FROM kb.settings WHERE key = %s", (SETTINGS_KEY,)).fetchone()
+    row = conn.execute(queries.SETTING, (SETTINGS_KEY,)).fetchone()
     if row is None:
         return DEFAULT_RULE
     return AbstentionRule.from_json(row[0], source="calibrated")
@@ -443,8 +404,7 @@ def save_rule(conn: psycopg.Connection[Any], rule: AbstentionRule) -> None:
     from psycopg.types.json import Jsonb
 
     conn.execute(
-        "INSERT INTO kb.settings (key, value) VALUES (%s, %s) "
-        "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()",
+        queries.SAVE_SETTING,
         (SETTINGS_KEY, Jsonb(rule.to_json())),
     )
 

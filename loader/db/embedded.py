@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from loader.db import queries
 from loader.errors import DatabaseError
 
 DATABASE_NAME = "pgkb"
@@ -82,13 +83,11 @@ def ensure_server(pgdata: Path, database: str = DATABASE_NAME) -> str:
 
 def _create_database(admin_uri: str, database: str) -> None:
     with psycopg.connect(admin_uri, autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
-        ).fetchone()
+        exists = conn.execute(queries.DATABASE_EXISTS, (database,)).fetchone()
         if not exists:
             # another pgkb process may create it first
             with contextlib.suppress(psycopg.errors.DuplicateDatabase):
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+                conn.execute(queries.CREATE_DATABASE.format(sql.Identifier(database)))
 
 
 def stop_server(pgdata: Path) -> bool:

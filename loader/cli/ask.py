@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from loader.commands.base import App, setting_option
+from loader.cli.base import App, setting_option
 
 
 @click.command()
@@ -41,43 +41,29 @@ def ask(
     retrieval is too weak, otherwise asks the configured chat model and checks that its answer
     cites retrieved sources. With no chat model configured, prints the best passages.
     """
-    from loader.agent import run_agent
-    from loader.answer import ChatClient, answer_question, prepare_question
-    from loader.commands.base import emit_json
-    from loader.db import connection
-    from loader.embedding import get_embedder
+    from loader.answer.ask import ask as ask_question
+    from loader.answer.prompt import prepare_question
+    from loader.cli.base import emit_json
 
     settings = app.settings(
         chat_model=chat_model, chat_base_url=chat_base_url, agent_max_steps=agent_max_steps
     )
     text = " ".join(question)
     prepare_question(text)  # an empty question is an error before anything loads
-    client = ChatClient.from_settings(settings)
-    embedder = get_embedder(settings)
-    streaming = client is not None and not agent and not as_json and sys.stdout.isatty()
+    streaming = bool(settings.chat_model) and not agent and not as_json and sys.stdout.isatty()
     streamed: list[str] = []
 
     def on_text(piece: str) -> None:
         streamed.append(piece)
         click.echo(piece, nl=False)
 
-    with connection(settings) as conn:
-        # reads only: autocommit, so no transaction stays open while the model thinks
-        conn.autocommit = True
-        if agent:
-            answer = run_agent(
-                conn, settings, text, embedder=embedder, client=client, category=category
-            )
-        else:
-            answer = answer_question(
-                conn,
-                settings,
-                text,
-                embedder=embedder,
-                client=client,
-                category=category,
-                on_text=on_text if streaming else None,
-            )
+    answer = ask_question(
+        text,
+        settings,
+        agent=agent,
+        category=category,
+        on_text=on_text if streaming else None,
+    )
 
     if as_json:
         emit_json(answer.to_json(show_context=show_context))

@@ -1,0 +1,62 @@
+"""Asking from outside: the setup ``pgkb ask`` and :func:`ask_agent` share (the embedder, the
+chat client, a read-only connection), then the single-shot answer or the reader agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from loader.answer.agent import run_agent
+from loader.answer.result import Answer
+from loader.answer.single import answer_question
+from loader.settings import Settings
+
+
+def ask(
+    question: str,
+    settings: Settings,
+    *,
+    agent: bool = False,
+    category: str | None = None,
+    on_text: Callable[[str], None] | None = None,
+) -> Answer:
+    """Answer ``question`` with the configured models over a connection of its own."""
+    from loader.db.session import connection
+    from loader.providers.chat import ChatClient
+    from loader.providers.embeddings import get_embedder
+
+    client = ChatClient.from_settings(settings)
+    embedder = get_embedder(settings)
+    with connection(settings) as conn:
+        # reads only: autocommit, so no transaction stays open while the model thinks
+        conn.autocommit = True
+        if agent:
+            return run_agent(
+                conn, settings, question, embedder=embedder, client=client, category=category
+            )
+        return answer_question(
+            conn,
+            settings,
+            question,
+            embedder=embedder,
+            client=client,
+            category=category,
+            on_text=on_text,
+        )
+
+
+def ask_agent(
+    question: str,
+    settings: Settings | None = None,
+    *,
+    category: str | None = None,
+) -> dict[str, Any]:
+    """The reader agent for other programs: returns the distilled answer as a JSON-ready dict.
+
+    ``{"answer", "abstained", "citations": [...], "related_documents": [...], ...}``; opens its
+    own connection with ``settings`` (default: pgkb's configuration).
+    """
+    from loader.settings import load_settings
+
+    return ask(question, settings or load_settings(), agent=True, category=category).to_json()

@@ -1,0 +1,103 @@
+"""The single-shot answer (``pgkb ask``): one retrieval, one model call, citations checked.
+
+The answer contract (SPEC point 6), in the order :func:`answer_question` applies it:
+
+1. **Retrieve**: hybrid search, top ``match_count`` (5), optionally within a category
+   (:func:`loader.answer.retrieval.retrieve`).
+2. **Abstain before any model call** when the abstention gate (:mod:`loader.answer.abstention`,
+   thresholds calibrated by the eval) says retrieval found nothing that answers: the answer is
+   "I don't know" with the closest sources found.
+3. **Prompt** = :data:`~loader.answer.prompt.SYSTEM_RULES` + the retrieved chunks, each tagged
+   with its title and ``source_uri`` (neighbouring chunks merged in while the context budget
+   allows) + the question.
+4. **Call the chat model** (any OpenAI-compatible endpoint,
+   :class:`~loader.providers.chat.ChatClient`): timeouts, retries with backoff, streaming to the
+   terminal when interactive.
+5. **Check the reply** (:func:`~loader.answer.citations.check_citations`): a citation is a
+   retrieved title in square brackets; a bracket naming anything else is removed from the
+   answer and reported; a reply that cites no retrieved title is treated as "I don't know".
+
+With no chat model configured, or when the model or the network fails, the answer is
+extractive: the best passages themselves, each with its title and source.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from loader.answer.citations import check_citations
+from loader.answer.context import expand_with_neighbours
+from loader.answer.passages import estimate_tokens
+from loader.answer.prompt import (
+    ANSWER_RESERVE_TOKENS,
+    SYSTEM_RULES,
+    build_messages,
+    fit_passages,
+    truncate_question,
+)
+from loader.answer.result import Answer, checked_answer, fallback_answer
+from loader.answer.retrieval import Gate, QueryEmbedder, Retrieval, retrieve, settle
+from loader.providers.chat import ChatError, ChatModel
+from loader.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def answer_question(
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    question: str,
+    *,
+    embedder: QueryEmbedder,
+    client: ChatModel | None = None,
+    category: str | None = None,
+    on_text: Callable[[str], None] | None = None,
+    gate: Gate | None = None,
+) -> Answer:
+    """Answer ``question`` from the knowledge base, with citations or "I don't know".
+
+    ``client`` None means no chat model: the answer is extractive. ``on_text`` receives the
+    model's reply as it streams (before it is checked). Model and network failures never
+    raise: the answer falls back to the retrieved passages, with a note saying why.
+    """
+    found = retrieve(conn, settings, question, embedder=embedder, category=category, gate=gate)
+    answer = settle(conn, found, client)
+    if answer is None:
+        assert client is not None  # settle answers when there is no client
+        answer = _model_answer(conn, settings, found, client, on_text)
+    answer.notes[:0] = found.notes
+    return answer
+
+
+def _model_answer(
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    found: Retrieval,
+    client: ChatModel,
+    on_text: Callable[[str], None] | None,
+) -> Answer:
+    question, passages = found.question, found.passages
+    budget = settings.chat_context_tokens - ANSWER_RESERVE_TOKENS - estimate_tokens(SYSTEM_RULES)
+    budget -= estimate_tokens(truncate_question(question, settings.chat_context_tokens // 4))
+    context = expand_with_neighbours(conn, passages, budget // 2)
+    context = fit_passages(context, budget)
+
+    messages = build_messages(question, context, context_tokens=settings.chat_context_tokens)
+    try:
+        reply = client.complete(messages, on_text=on_text)
+    except ChatError as exc:
+        log.warning("chat model failed: %s", exc.message)
+        return fallback_answer(
+            conn,
+            question,
+            passages,
+            mode="fallback",
+            notes=[f"{exc.message}; showing the retrieved passages instead"],
+            steps=1,
+        )
+    checked = check_citations(reply.content, context)
+    return checked_answer(conn, question, reply.content, checked, context, passages, steps=1)

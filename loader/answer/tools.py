@@ -1,0 +1,437 @@
+"""The reader agent's tools, each a thin, validated call of a SQL function.
+
+``search_chunks``
+    hybrid search (``kb.hybrid_search`` through :func:`loader.search.search`), optionally scoped
+    to document ids;
+``read_document``
+    ``kb.read_document``, budget-guarded: a document or chunk range that does not fit 75% of the
+    model's context window minus what the conversation already uses comes back as the
+    document's outline and chunk count, so the model asks for a range.
+
+Every tool argument is validated before it reaches SQL: malformed JSON, unknown tools, unknown or
+malformed document ids, inverted or out-of-range chunk ranges and repeated identical calls are
+answered with a message the model can act on (ranges are clamped when that is unambiguous).
+A new tool (``explore_graph`` when ``kb.explore_graph`` ships) is one more schema constant, one
+more method and one more entry in :meth:`Toolbox.tools` and the dispatch table.
+
+Over 400 lines on purpose: each tool is its argument validation, and the checks of one tool
+read best beside its call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row, dict_row
+
+from loader.answer.passages import Passage, estimate_tokens
+from loader.answer.prompt import MAX_QUERY_CHARS
+from loader.answer.retrieval import QueryEmbedder, embed_query, search_passages
+from loader.db import queries
+from loader.errors import PgkbError
+from loader.settings import Settings
+
+READ_BUDGET_SHARE = 0.75
+"""read_document may fill this share of the context window, minus what is already used."""
+FIRST_MESSAGE_SHARE = 0.4
+"""The first hits may fill this share of the context window (the rest is for tools and answer)."""
+MIN_TOOL_BUDGET = 64
+"""Below this many free tokens, reading and searching are refused: time to answer."""
+MAX_SEARCH_LIMIT = 10
+CATALOGUE_CANDIDATES = 20
+CATALOGUE_SIZE = 8
+
+
+def _tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> Any:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+SEARCH_TOOL = _tool(
+    "search_chunks",
+    "Hybrid (meaning + keyword) search of the knowledge base. Returns chunks with their title, "
+    "source_uri, document_id and chunk_index. Give document_ids to search only inside those "
+    "documents.",
+    {
+        "query": {"type": "string", "description": "What to look for."},
+        "document_ids": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Only search these documents (ids from the catalogue or results).",
+        },
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT},
+    },
+    ["query"],
+)
+
+READ_TOOL = _tool(
+    "read_document",
+    "Read a document's chunks in order: the whole document, or chunks chunk_start..chunk_end "
+    "(inclusive, counted from 0). When that does not fit the remaining context budget, returns "
+    "the document's outline (headings with their chunk ranges) and chunk count instead: then "
+    "ask for a smaller range.",
+    {
+        "document_id": {"type": "string"},
+        "chunk_start": {"type": "integer", "minimum": 0},
+        "chunk_end": {"type": "integer", "minimum": 0},
+    },
+    ["document_id"],
+)
+
+
+class ToolRefusal(Exception):
+    """A tool call the agent refuses, with a message the model can act on."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentInfo:
+    document_id: str
+    title: str
+    source_uri: str
+    chunk_count: int
+
+
+# --- argument validation ------------------------------------------------------------------
+
+
+def _as_int(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise ToolRefusal(f"{name} must be an integer, got {json.dumps(value)}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    raise ToolRefusal(f"{name} must be an integer, got {json.dumps(value, default=str)}")
+
+
+def _optional_int(args: Mapping[str, Any], name: str) -> int | None:
+    return None if args.get(name) is None else _as_int(name, args[name])
+
+
+def _as_uuid(name: str, value: Any) -> str:
+    try:
+        return str(uuid.UUID(str(value).strip()))
+    except (ValueError, AttributeError):
+        raise ToolRefusal(
+            f"{name} {json.dumps(value, default=str)} is not a document id (a UUID such as "
+            "'0b3c...'); use a document_id from the catalogue or from search results"
+        ) from None
+
+
+class Toolbox:
+    """The agent's tools over one connection, with validation and the budget guard."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        settings: Settings,
+        embedder: QueryEmbedder,
+        *,
+        category: str | None = None,
+    ) -> None:
+        self.conn = conn
+        self.settings = settings
+        self.embedder = embedder
+        self.category = category
+        self.seen: dict[tuple[str, int], Passage] = {}
+        self._documents: dict[str, DocumentInfo] = {}
+        self._calls: dict[str, int] = {}
+
+    # -- the tools offered ------------------------------------------------------------------
+
+    def tools(self) -> list[Any]:
+        return [SEARCH_TOOL, READ_TOOL]
+
+    def remember(self, passages: Sequence[Passage]) -> None:
+        for passage in passages:
+            self.seen.setdefault((passage.document_id, passage.chunk_index), passage)
+
+    def documents(self, ids: Sequence[str]) -> dict[str, DocumentInfo]:
+        missing = [i for i in ids if i not in self._documents]
+        if missing:
+            with self.conn.cursor(row_factory=class_row(queries.DocumentRow)) as cur:
+                rows = cur.execute(queries.DOCUMENTS_BY_ID, (missing,)).fetchall()
+            for row in rows:
+                doc_id = str(row.document_id)
+                self._documents[doc_id] = DocumentInfo(
+                    doc_id, row.title, row.source_uri, row.chunk_count
+                )
+        return {i: self._documents[i] for i in ids if i in self._documents}
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def call(self, name: str, raw_arguments: str, *, step: int, budget: int) -> str:
+        """Run one tool call; always returns the text for the model (results or an error)."""
+        try:
+            arguments = json.loads(raw_arguments) if raw_arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return _error(
+                f"the arguments of {name} are not valid JSON ({exc.msg} at character "
+                f"{exc.pos}); send one JSON object, e.g. "
+                + (
+                    '{"query": "index types"}'
+                    if name == "search_chunks"
+                    else '{"document_id": "<id>", "chunk_start": 0, "chunk_end": 5}'
+                )
+            )
+        if not isinstance(arguments, dict):
+            return _error(f"the arguments of {name} must be a JSON object, got {raw_arguments!r}")
+        key = name + " " + json.dumps(arguments, sort_keys=True, default=str)
+        if key in self._calls:
+            return _error(
+                f"repeated call: you already called {name} with these arguments in turn "
+                f"{self._calls[key]}; its result is above. Use it, change the arguments, or answer."
+            )
+        self._calls[key] = step
+        handlers = {"search_chunks": self.search_chunks, "read_document": self.read_document}
+        handler = handlers.get(name)
+        if handler is None:
+            return _error(f"there is no tool {name!r}; the tools are: {', '.join(handlers)}")
+        if budget < MIN_TOOL_BUDGET:
+            return _error(
+                f"the context budget is used up (about {budget} tokens left); answer now from "
+                "the chunks above"
+            )
+        try:
+            result = handler(arguments, budget)
+        except ToolRefusal as exc:
+            return _error(str(exc))
+        except psycopg.Error as exc:
+            # a SQL error (e.g. bad filter) must not end the conversation; roll back and say so
+            self.conn.rollback()
+            detail = (exc.diag.message_primary or str(exc)).strip()
+            return _error(f"{name} failed in the database: {detail}")
+        except PgkbError as exc:
+            # e.g. search() refusing an argument: the model can correct it
+            if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                self.conn.rollback()
+            return _error(f"{name} failed: {exc.message}")
+        return json.dumps(result, ensure_ascii=False, default=str)
+
+    # -- search_chunks ----------------------------------------------------------------------
+
+    def search_chunks(self, args: Mapping[str, Any], budget: int) -> dict[str, Any]:
+        notes = _unknown_keys(args, {"query", "document_ids", "limit"})
+        query = args.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise ToolRefusal('search_chunks needs a non-empty "query" string')
+        query = query.strip()[:MAX_QUERY_CHARS]
+        limit = self.settings.match_count
+        if args.get("limit") is not None:
+            asked = _as_int("limit", args["limit"])
+            limit = min(max(asked, 1), MAX_SEARCH_LIMIT)
+            if limit != asked:
+                notes.append(f"limit {asked} clamped to {limit} (1..{MAX_SEARCH_LIMIT})")
+        document_ids = self._document_ids(args.get("document_ids"))
+        embedding = embed_query(self.embedder, query, notes)
+        _hits, passages = search_passages(
+            self.conn,
+            self.settings,
+            query,
+            embedding,
+            limit=limit,
+            category=self.category,
+            document_ids=document_ids,
+        )
+        results: list[Passage] = []
+        used = 0
+        for passage in passages:
+            cost = estimate_tokens(passage.content) + 40
+            if used + cost > budget:
+                notes.append(
+                    f"{len(passages) - len(results)} more result(s) left out: the context "
+                    "budget is nearly used"
+                )
+                break
+            used += cost
+            results.append(passage)
+        self.remember(results)
+        out: dict[str, Any] = {
+            "results": [
+                {
+                    "title": p.title,
+                    "source_uri": p.source_uri,
+                    "document_id": p.document_id,
+                    "chunk_index": p.chunk_index,
+                    "score": None if p.score is None else round(p.score, 5),
+                    "content": p.content,
+                }
+                for p in results
+            ]
+        }
+        if not results and not notes:
+            notes.append("no chunk matched; try other words or drop document_ids")
+        if notes:
+            out["notes"] = notes
+        return out
+
+    def _document_ids(self, value: Any) -> list[str] | None:
+        if value is None or value == []:
+            return None
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise ToolRefusal("document_ids must be a list of document ids")
+        if len(value) > 50:
+            raise ToolRefusal("document_ids may name at most 50 documents")
+        ids = [_as_uuid("document id", v) for v in value]
+        known = self.documents(ids)
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise ToolRefusal(
+                f"unknown document id(s): {', '.join(unknown)}; use document_id values from "
+                "the catalogue or from search results"
+            )
+        return ids
+
+    # -- read_document ----------------------------------------------------------------------
+
+    def read_document(self, args: Mapping[str, Any], budget: int) -> dict[str, Any]:
+        notes = _unknown_keys(args, {"document_id", "chunk_start", "chunk_end"})
+        if args.get("document_id") is None:
+            raise ToolRefusal('read_document needs "document_id"')
+        doc_id = _as_uuid("document_id", args["document_id"])
+        info = self.documents([doc_id]).get(doc_id)
+        if info is None:
+            raise ToolRefusal(
+                f"unknown document id {doc_id}; use a document_id from the catalogue or from "
+                "search results"
+            )
+        if info.chunk_count == 0:
+            raise ToolRefusal(f"document {doc_id} ({info.title}) has no chunks")
+        last = info.chunk_count - 1
+        start = (
+            None if args.get("chunk_start") is None else _as_int("chunk_start", args["chunk_start"])
+        )
+        end = None if args.get("chunk_end") is None else _as_int("chunk_end", args["chunk_end"])
+        if start is not None and end is not None and start > end:
+            raise ToolRefusal(
+                f"chunk_start {start} is after chunk_end {end}; ask for chunk_start <= chunk_end "
+                f"(this document has chunks 0..{last})"
+            )
+        if start is not None and start > last:
+            raise ToolRefusal(
+                f"chunk_start {start} is past the end: {info.title!r} has {info.chunk_count} "
+                f"chunks (0..{last})"
+            )
+        if start is not None and start < 0:
+            notes.append(f"chunk_start {start} clamped to 0")
+            start = 0
+        if end is not None and end < 0:
+            raise ToolRefusal(f"chunk_end {end} is negative; chunks are numbered 0..{last}")
+        if end is not None and end > last:
+            notes.append(f"chunk_end {end} clamped to {last} (the document's last chunk)")
+            end = last
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            records = cur.execute(queries.READ_DOCUMENT, (doc_id, start, end, budget)).fetchall()
+        return self._read_result(info, start, end, budget, records, notes)
+
+    def _read_result(
+        self,
+        info: DocumentInfo,
+        start: int | None,
+        end: int | None,
+        budget: int,
+        records: list[dict[str, Any]],
+        notes: list[str],
+    ) -> dict[str, Any]:
+        status = str(records[0]["status"]) if records else "empty"
+        out: dict[str, Any] = {
+            "document_id": info.document_id,
+            "title": info.title,
+            "source_uri": info.source_uri,
+            "chunk_count": info.chunk_count,
+            "status": status,
+        }
+        if status == "chunks":
+            passages = [
+                Passage(
+                    document_id=info.document_id,
+                    title=info.title,
+                    source_uri=info.source_uri,
+                    chunk_index=int(r["chunk_index"]),
+                    content=str(r["content"]),
+                    heading_path=str(r.get("heading_path") or ""),
+                    chunk_id=None if r.get("chunk_id") is None else int(r["chunk_id"]),
+                )
+                for r in records
+            ]
+            self.remember(passages)
+            out["chunks"] = [
+                {"chunk_index": p.chunk_index, "heading_path": p.heading_path, "content": p.content}
+                for p in passages
+            ]
+        elif status == "outline":
+            span = (
+                "the whole document"
+                if start is None and end is None
+                else f"chunks {start if start is not None else 0}.."
+                f"{end if end is not None else info.chunk_count - 1}"
+            )
+            tokens = records[0].get("range_tokens")
+            outline, left_out = outline_lines(records, budget)
+            out["outline"] = outline
+            out["message"] = (
+                f"{span} ({tokens} tokens) does not fit the remaining context budget of "
+                f"about {budget} tokens, so here is its outline instead (chunk ranges: "
+                "heading, tokens); call read_document again with a smaller "
+                "chunk_start..chunk_end range, choosing the section you need "
+                f"(chunks 0..{info.chunk_count - 1})"
+            )
+            if left_out:
+                out["message"] += (
+                    f"; the outline itself was cut: {left_out} more section(s) after chunk "
+                    f"{records[len(outline) - 1]['last_chunk_index']}, read a range from there "
+                    "to see their outline"
+                )
+        else:
+            out["message"] = "no chunk in that range"
+        if notes:
+            out["notes"] = notes
+        return out
+
+
+def outline_lines(records: Sequence[Mapping[str, Any]], budget: int) -> tuple[list[str], int]:
+    """One line per section ("0-9: Heading > Sub (730 tokens)"), as many as fit ``budget``."""
+    lines: list[str] = []
+    used = 0
+    for record in records:
+        first, last = record["chunk_index"], record["last_chunk_index"]
+        span = f"{first}" if first == last else f"{first}-{last}"
+        heading = record.get("heading_path") or "(no heading)"
+        line = f"{span}: {heading} ({record.get('token_count')} tokens)"
+        cost = estimate_tokens(line) + 2
+        if len(lines) >= 3 and used + cost > budget - 150:
+            break
+        lines.append(line)
+        used += cost
+    return lines, len(records) - len(lines)
+
+
+def _unknown_keys(args: Mapping[str, Any], allowed: set[str]) -> list[str]:
+    unknown = sorted(set(args) - allowed)
+    if not unknown:
+        return []
+    return [f"ignored unknown argument(s): {', '.join(unknown)}"]
+
+
+def _error(message: str) -> str:
+    return json.dumps({"error": message}, ensure_ascii=False)

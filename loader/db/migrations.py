@@ -1,0 +1,123 @@
+"""The ``kb`` schema's revision: where it is, where it should be, and the Alembic runs that move it.
+
+``check_schema`` refuses to work on a database whose ``kb`` schema is missing, behind, or made by a
+newer pgkb, with a message that says what to run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from alembic.config import Config
+
+from loader import resources
+from loader.db import queries
+from loader.db.connect import connect, redact
+from loader.errors import DatabaseError
+from loader.settings import Settings
+
+
+def alembic_config(settings: Settings | None = None, url: str | None = None) -> Config:
+    """An Alembic config pointing at pgkb's scripts wherever pgkb is installed."""
+    config = Config(str(resources.alembic_ini()))
+    config.set_main_option("script_location", str(resources.alembic_dir()))
+    if settings is not None:
+        config.attributes["settings"] = settings
+    if url is not None:
+        config.attributes["url"] = url
+    return config
+
+
+def current_revision(conn: psycopg.Connection[Any]) -> str | None:
+    """The Alembic revision of the ``kb`` schema, or None when it was never migrated."""
+    exists = conn.execute(queries.VERSION_TABLE_EXISTS).fetchone()
+    if not exists or not exists[0]:
+        conn.rollback()
+        return None
+    row = conn.execute(queries.SCHEMA_REVISION).fetchone()
+    conn.rollback()
+    return None if row is None else str(row[0])
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    if len(heads) != 1:
+        raise DatabaseError(f"this pgkb has {len(heads)} migration heads; reinstall pgkb")
+    return str(heads[0])
+
+
+def known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
+def check_schema(conn: psycopg.Connection[Any]) -> str:
+    """Raise :class:`DatabaseError` unless the ``kb`` schema is at this pgkb's head revision."""
+    revision = current_revision(conn)
+    head = head_revision()
+    if revision is None:
+        raise DatabaseError(
+            "the database has no pgkb schema yet",
+            hint="run `pgkb db upgrade` to create it",
+        )
+    if revision == head:
+        return revision
+    if revision not in known_revisions():
+        raise DatabaseError(
+            f"the kb schema is at revision {revision}, which this pgkb (head {head}) "
+            "does not know: it was made by a newer pgkb",
+            hint="upgrade pgkb (pip install -U pgkb) before using this database",
+        )
+    raise DatabaseError(
+        f"the kb schema is at revision {revision}, behind this pgkb's {head}",
+        hint="run `pgkb db upgrade`",
+    )
+
+
+def _preflight(url: str) -> None:
+    conn = connect(url, register=False)
+    try:
+        row = conn.execute(queries.PGVECTOR_AVAILABLE).fetchone()
+        if row is None:
+            version = conn.execute(queries.SERVER_VERSION).fetchone()
+            raise DatabaseError(
+                f"the server at {redact(url)} (PostgreSQL {version[0] if version else '?'}) "
+                "has no pgvector extension available",
+                hint="install pgvector on that server "
+                "(https://github.com/pgvector/pgvector#installation) "
+                "or unset PGKB_DATABASE_URL to use pgkb's embedded server, which has it",
+            )
+        revision = current_revision(conn)
+        if revision is not None and revision not in known_revisions():
+            check_schema(conn)  # raises the "made by a newer pgkb" error
+    finally:
+        conn.close()
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    from alembic import command
+
+    _preflight(url)
+    try:
+        command.upgrade(alembic_config(url=url), revision)
+    except psycopg.Error as exc:
+        raise DatabaseError(f"migration failed on {redact(url)}: {exc}") from exc
+
+
+def downgrade(url: str, revision: str) -> None:
+    from alembic import command
+
+    command.downgrade(alembic_config(url=url), revision)
+
+
+def upgrade_connection(connection: Any, revision: str = "head") -> None:
+    """Migrate through an existing SQLAlchemy connection (tests inject theirs this way)."""
+    from alembic import command
+
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)

@@ -1,0 +1,259 @@
+"""Every SQL statement the Python side sends, by name, in one place (like procrastinate's
+``sql/queries.sql``); the rows that come back are typed (``psycopg.rows.class_row`` into the
+frozen dataclasses below).
+
+Rules: values are always bound parameters (``%(name)s`` or ``%s``), never formatted into the
+text; identifiers go through ``psycopg.sql`` (only ``CREATE DATABASE`` needs one, see
+:data:`CREATE_DATABASE`). Retrieval and data logic belong in SQL functions (``sql_functions/``),
+so most statements here are one-line calls of a ``kb.`` function. The Alembic migrations and
+``loader.migration_ops`` (frozen with them) carry their own SQL, as migrations must.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+from psycopg import sql
+
+# --- schema state (loader.db.migrations, loader.db.status) ---------------------------------------
+
+VERSION_TABLE_EXISTS = "SELECT to_regclass('kb.alembic_version') IS NOT NULL"
+SCHEMA_REVISION = "SELECT version_num FROM kb.alembic_version"
+PGVECTOR_AVAILABLE = "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
+PGVECTOR_INSTALLED = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+SERVER_VERSION = "SHOW server_version"
+DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = %s"
+CREATE_DATABASE = sql.SQL("CREATE DATABASE {}")
+"""Format with ``sql.Identifier(name)``."""
+
+KB_COUNTS = """
+SELECT (SELECT count(*) FROM kb.documents) AS documents,
+       (SELECT count(*) FROM kb.chunks) AS chunks,
+       (SELECT count(*) FROM kb.embeddings) AS embeddings,
+       (SELECT name || ' (' || dims || ' dims)' FROM kb.embedding_models WHERE is_active)
+           AS active_model
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class KbCounts:
+    documents: int
+    chunks: int
+    embeddings: int
+    active_model: str | None
+
+
+# --- embedding models (loader.providers.embeddings) ----------------------------------------------
+
+ACTIVE_MODEL = "SELECT id, name, dims, provider FROM kb.active_model()"
+REGISTER_MODEL = "SELECT kb.register_model(%s, %s, %s)"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRow:
+    id: int
+    name: str
+    dims: int
+    provider: str
+
+
+# --- search (loader.search): one statement per mode, the same columns ------------------------
+
+HYBRID_SEARCH = """
+SELECT chunk_id, document_id, title, source_uri, chunk_index, heading_path, content, score,
+       vector_rank, vector_similarity, keyword_rank, keyword_score, category, metadata, token_count
+  FROM kb.hybrid_search(
+           query_text => %(query_text)s,
+           query_embedding => %(query_embedding)s,
+           match_count => %(match_count)s,
+           vector_candidates => %(vector_candidates)s,
+           keyword_candidates => %(keyword_candidates)s,
+           rrf_k => %(rrf_k)s,
+           vector_weight => %(vector_weight)s,
+           keyword_weight => %(keyword_weight)s,
+           filters => %(filters)s::jsonb,
+           document_ids => %(document_ids)s::uuid[],
+           min_similarity => %(min_similarity)s,
+           model => %(model)s,
+           keyword_ranking => %(keyword_ranking)s)
+"""
+
+VECTOR_SEARCH = """
+SELECT v.chunk_id, v.document_id, v.title, v.source_uri, v.chunk_index, v.heading_path, v.content,
+       v.similarity AS score, v.rank AS vector_rank, v.similarity AS vector_similarity,
+       NULL::integer AS keyword_rank, NULL::double precision AS keyword_score,
+       d.category, d.metadata, c.token_count
+  FROM kb.vector_search(
+           query_embedding => %(query_embedding)s,
+           match_count => %(match_count)s,
+           filters => %(filters)s::jsonb,
+           document_ids => %(document_ids)s::uuid[],
+           min_similarity => %(min_similarity)s,
+           model => %(model)s) AS v
+  JOIN kb.chunks c ON c.id = v.chunk_id
+  JOIN kb.documents d ON d.id = v.document_id
+ ORDER BY v.rank
+"""
+
+KEYWORD_SEARCH = """
+SELECT k.chunk_id, k.document_id, k.title, k.source_uri, k.chunk_index, k.heading_path, k.content,
+       k.score, NULL::integer AS vector_rank, NULL::double precision AS vector_similarity,
+       k.rank AS keyword_rank, k.score AS keyword_score,
+       d.category, d.metadata, c.token_count
+  FROM kb.keyword_search(
+           query_text => %(query_text)s,
+           match_count => %(match_count)s,
+           filters => %(filters)s::jsonb,
+           document_ids => %(document_ids)s::uuid[],
+           keyword_ranking => %(keyword_ranking)s) AS k
+  JOIN kb.chunks c ON c.id = k.chunk_id
+  JOIN kb.documents d ON d.id = k.document_id
+ ORDER BY k.rank
+"""
+
+# --- the abstention gate (loader.answer.abstention) ----------------------------------------------
+
+QUERY_TERMS = "SELECT lexeme, df, idf FROM kb.query_terms(%(query)s)"
+
+
+@dataclasses.dataclass(frozen=True)
+class QueryTerm:
+    lexeme: str
+    df: int
+    idf: float
+
+
+# Does the exact name (whole words, any case) occur in some chunk? The phrase query narrows the
+# candidates through the GIN index on tsv; the regular expression checks the surface form, so
+# "LATERAL" is not found in a chunk that says "later". A name made only of stop words counts as
+# found.
+NAME_FOUND = """
+SELECT numnode(phraseto_tsquery('english', %(phrase)s)) = 0
+    OR EXISTS (SELECT 1 FROM kb.chunks c
+                WHERE c.tsv @@ phraseto_tsquery('english', %(phrase)s)
+                  AND (c.heading_path || ' ' || c.content) ~* %(regex)s)
+"""
+
+WORD_LEXEMES = """
+SELECT w.word,
+       coalesce(bool_and(t.df IS NULL), false) AND count(l.lexeme) > 0 AS absent
+  FROM unnest(%(words)s::text[]) AS w(word)
+  LEFT JOIN LATERAL unnest(to_tsvector('english', w.word)) AS l ON true
+  LEFT JOIN kb.term_stats t ON t.lexeme = l.lexeme AND t.df > 0
+ GROUP BY w.word
+"""
+
+CHUNK_LEXEMES = """
+SELECT c.id,
+       array(SELECT unnest(tsvector_to_array(c.tsv))
+             INTERSECT SELECT unnest(%(lexemes)s::text[]))
+  FROM kb.chunks c
+ WHERE c.id = ANY(%(ids)s)
+"""
+
+SETTING = "SELECT value FROM kb.settings WHERE key = %s"
+SAVE_SETTING = """
+INSERT INTO kb.settings (key, value) VALUES (%s, %s)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()
+"""
+
+# --- context and related documents (loader.answer.context, loader.answer.tools) --------------
+
+MERGE_NEIGHBOURS = """
+SELECT m.chunk_start, m.chunk_end, m.content
+  FROM kb.merge_neighbors(%(chunk_id)s, %(before)s, %(after)s) AS m
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class MergedSpan:
+    chunk_start: int
+    chunk_end: int
+    content: str
+
+
+RELATED_DOCUMENTS = """
+SELECT d.id AS document_id, d.title, d.source_uri, r.relation_type
+  FROM kb.document_relations r
+  JOIN kb.documents d
+    ON d.id = CASE WHEN r.source_id = ANY(%(ids)s::uuid[]) THEN r.target_id ELSE r.source_id END
+ WHERE (r.source_id = ANY(%(ids)s::uuid[]) OR r.target_id = ANY(%(ids)s::uuid[]))
+   AND NOT d.id = ANY(%(ids)s::uuid[])
+ ORDER BY r.confidence DESC NULLS LAST, d.title
+ LIMIT 10
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class RelatedRow:
+    document_id: uuid.UUID
+    title: str
+    source_uri: str
+    relation_type: str
+
+
+DOCUMENTS_BY_ID = """
+SELECT d.id AS document_id, d.title, d.source_uri,
+       (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::int AS chunk_count
+  FROM kb.documents d
+ WHERE d.id = ANY(%s::uuid[])
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentRow:
+    document_id: uuid.UUID
+    title: str
+    source_uri: str
+    chunk_count: int
+
+
+READ_DOCUMENT = "SELECT * FROM kb.read_document(%s::uuid, %s, %s, %s)"
+"""Rows vary with the status (chunks or outline): read with ``dict_row``."""
+
+SOURCE_URIS = "SELECT source_uri FROM kb.documents"
+
+# --- ingestion (loader.ingest.writer) -------------------------------------------------------------
+
+REUSABLE_EMBEDDINGS = """
+SELECT DISTINCT ON (c.content_sha) c.content_sha, e.embedding
+  FROM kb.chunks c
+  JOIN kb.embeddings e ON e.chunk_id = c.id AND e.model_id = %s
+ WHERE c.content_sha = ANY(%s)
+"""
+
+UPSERT_DOCUMENT = """
+INSERT INTO kb.documents AS d (source_uri, title, content_sha, category, metadata)
+VALUES (%s, %s, %s, %s, %s::jsonb)
+ON CONFLICT (source_uri) DO UPDATE
+   SET title = excluded.title,
+       content_sha = excluded.content_sha,
+       category = excluded.category,
+       metadata = excluded.metadata,
+       updated_at = now()
+RETURNING d.id
+"""
+
+DELETE_CHUNKS = "DELETE FROM kb.chunks WHERE document_id = %s"
+COPY_CHUNKS = (
+    "COPY kb.chunks (document_id, chunk_index, heading_path, content, content_sha, token_count)"
+    " FROM STDIN WITH (FORMAT BINARY)"
+)
+CHUNK_IDS = "SELECT chunk_index, id FROM kb.chunks WHERE document_id = %s"
+COPY_EMBEDDINGS = (
+    "COPY kb.embeddings (chunk_id, model_id, embedding) FROM STDIN WITH (FORMAT BINARY)"
+)
+
+INGEST_LOCK_HOLDER = """
+SELECT pid FROM pg_locks
+ WHERE locktype = 'advisory' AND granted AND classid = %s AND objid = %s AND objsubid = 1
+"""
+ADVISORY_LOCK = "SELECT pg_advisory_lock(%s)"
+TRY_ADVISORY_LOCK = "SELECT pg_try_advisory_lock(%s)"
+ADVISORY_UNLOCK = "SELECT pg_advisory_unlock(%s)"
+
+STORED_SHAS = "SELECT source_uri, content_sha FROM kb.documents"
+ANALYZE_KB = "ANALYZE kb.documents, kb.chunks, kb.embeddings"
+SOURCE_URIS_LIKE = "SELECT source_uri FROM kb.documents WHERE source_uri LIKE %s"
+DELETE_DOCUMENTS = "DELETE FROM kb.documents WHERE source_uri = ANY(%s)"

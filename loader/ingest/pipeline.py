@@ -1,0 +1,216 @@
+"""The ingestion pipeline: hash first, extract and chunk what changed, embed what is new, replace
+atomically (see :mod:`loader.ingest`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from loader.errors import ConfigError, DatabaseError, PgkbError
+from loader.ingest.chunking import Chunker
+from loader.ingest.extract import ExtractionError, Section, extract, mime_type
+from loader.ingest.report import IngestReport, ProgressCallback
+from loader.ingest.sources import SourceDocument, file_metadata, read_file, scan_paths
+from loader.ingest.writer import (
+    Prepared,
+    Writer,
+    analyze,
+    ingest_lock,
+    json_default,
+    prune_missing,
+    stored_shas,
+)
+from loader.providers.embeddings import Embedder, ensure_model, get_embedder
+from loader.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def _document_sha(source_sha: str, fingerprint: str, category: str | None, meta: Any) -> str:
+    """content_sha of a document: its bytes plus everything else that shapes its stored form."""
+    extra = json.dumps([fingerprint, category, meta], sort_keys=True, default=json_default)
+    return hashlib.sha256(f"{source_sha}\n{extra}".encode()).hexdigest()
+
+
+def _memory_sha(doc: SourceDocument) -> str:
+    sections = [[list(s.heading_path), s.text] for s in doc.sections or []]
+    payload = json.dumps([doc.title, doc.text, sections], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def _prepare_model(
+    conn: psycopg.Connection[Any], embedder: Embedder, settings: Settings
+) -> tuple[int, Chunker]:
+    chunker = Chunker.from_settings(settings, embedder)  # ConfigError if chunks cannot fit
+    model_id = ensure_model(conn, embedder)
+    return model_id, chunker
+
+
+# --- in-memory documents ------------------------------------------------------------------------
+
+
+def ingest_documents(
+    conn: psycopg.Connection[Any],
+    documents: Iterable[SourceDocument],
+    embedder: Embedder,
+    settings: Settings,
+    *,
+    category: str | None = None,
+    progress: ProgressCallback | None = None,
+    wait: bool = True,
+) -> IngestReport:
+    """Ingest in-memory documents (e.g. a BEIR corpus) with the same guarantees as files.
+
+    ``category`` applies to documents that have none of their own. An unchanged document (same
+    title, text, sections, category and metadata) is skipped; a changed one is replaced in one
+    transaction. Raises :class:`PgkbError` for run-level problems (the report so far is lost to
+    the caller, but every committed document is complete).
+    """
+    report = IngestReport()
+    started = time.perf_counter()
+    Chunker.from_settings(settings, embedder)  # ConfigError before touching the database
+    with ingest_lock(conn, wait=wait, progress=progress):
+        model_id, chunker = _prepare_model(conn, embedder, settings)
+        fingerprint = chunker.fingerprint()
+        stored = stored_shas(conn)
+        writer = Writer(conn, embedder, model_id, settings.embedding_batch_size, report, progress)
+        for doc in documents:
+            report.files_seen += 1
+            doc_category = doc.category if doc.category is not None else category
+            sha = _document_sha(_memory_sha(doc), fingerprint, doc_category, doc.metadata)
+            previous = stored.get(doc.source_uri)
+            if previous == sha:
+                report.unchanged += 1
+                continue
+            with report.phase("chunk"):
+                sections = doc.sections if doc.sections else [Section((), doc.text)]
+                chunks = chunker.chunk(doc.title, sections)
+            if not chunks:
+                report.fail(doc.source_uri, "no text to index")
+                continue
+            writer.add(
+                Prepared(
+                    doc.source_uri,
+                    doc.title,
+                    sha,
+                    doc_category,
+                    dict(doc.metadata),
+                    chunks,
+                    previous is None,
+                )
+            )
+        writer.flush()
+        analyze(conn, report)
+    report.seconds["total"] = time.perf_counter() - started
+    return report
+
+
+def ingest_paths(
+    settings: Settings,
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    category: str | None = None,
+    meta: dict[str, str] | None = None,
+    prune: bool = False,
+    wait: bool = True,
+    progress: ProgressCallback | None = None,
+    embedder: Embedder | None = None,
+) -> IngestReport:
+    """Ingest files and folders (recursively) into the configured database.
+
+    Run-level problems raise :class:`PgkbError` before anything is written (a missing path, bad
+    settings, no connection, a model mismatch, chunks larger than the model reads). A failure of
+    the embedding model mid-run sets ``report.aborted``: documents already committed are
+    complete, the rest keep their stored version, and nothing is pruned.
+    """
+    from loader.db.session import connection
+
+    report = IngestReport()
+    started = time.perf_counter()
+    meta = dict(meta or {})
+    with report.phase("scan"):
+        scan = scan_paths(paths)
+    embedder = embedder or get_embedder(settings)
+    max_bytes = int(settings.max_file_mb * 1_000_000)
+    Chunker.from_settings(settings, embedder)  # ConfigError before touching the database
+    with connection(settings) as conn, ingest_lock(conn, wait=wait, progress=progress):
+        model_id, chunker = _prepare_model(conn, embedder, settings)
+        fingerprint = chunker.fingerprint()
+        for source, reason in scan.failures:
+            report.fail(source, reason)
+        report.files_seen = len(scan.files) + len(scan.failures)
+        if progress:
+            progress("scanned", {"files": [str(f) for f in scan.files]})
+        stored = stored_shas(conn)
+        writer = Writer(conn, embedder, model_id, settings.embedding_batch_size, report, progress)
+        try:
+            for path in scan.files:
+                source = str(path)
+                prepared = _prepare_file(
+                    path, source, stored, fingerprint, chunker, category, meta, max_bytes,
+                    report,
+                )  # fmt: skip
+                if progress:
+                    status = "unchanged" if prepared is None else "parsed"
+                    progress("file", {"source": source, "status": status})
+                if prepared is not None:
+                    writer.add(prepared)
+            writer.flush()
+        except PgkbError as exc:
+            if isinstance(exc, ConfigError | DatabaseError):
+                raise
+            report.aborted = str(exc)
+            log.error("run stopped: %s", exc)
+        if prune and not report.aborted:
+            with report.phase("prune"):
+                report.pruned = prune_missing(conn, scan)
+        analyze(conn, report)
+    report.seconds["total"] = time.perf_counter() - started
+    return report
+
+
+def _prepare_file(
+    path: Path,
+    source: str,
+    stored: dict[str, str],
+    fingerprint: str,
+    chunker: Chunker,
+    category: str | None,
+    meta: dict[str, str],
+    max_bytes: int,
+    report: IngestReport,
+) -> Prepared | None:
+    """Read, hash, and (if changed) parse and chunk one file; None when unchanged or failed."""
+    try:
+        with report.phase("read"):
+            data = read_file(path, max_bytes)
+            sha = _document_sha(hashlib.sha256(data).hexdigest(), fingerprint, category, meta)
+        previous = stored.get(source)
+        if previous == sha:
+            report.unchanged += 1
+            return None
+        mime = mime_type(path)
+        with report.phase("extract"):
+            extracted = extract(data, path, mime)
+        with report.phase("chunk"):
+            title = extracted.title or path.stem
+            chunks = chunker.chunk(title, extracted.sections)
+        if not chunks:
+            raise ExtractionError("no text to index")
+    except ExtractionError as exc:
+        report.fail(source, exc.message)
+        return None
+    except Exception as exc:  # a parser bug on one odd file must not stop the run
+        log.debug("unexpected error on %s", source, exc_info=True)
+        report.fail(source, f"cannot extract: {type(exc).__name__}: {exc}")
+        return None
+    metadata = {**file_metadata(path, data, mime), **extracted.metadata, **meta}
+    return Prepared(source, title, sha, category, metadata, chunks, previous is None)

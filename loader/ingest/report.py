@@ -1,0 +1,59 @@
+"""What an ingestion run did (the ``--json`` summary) and the progress events it reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[str, dict[str, Any]], None]
+"""``progress(event, info)``: events ``scanned`` (files), ``document`` (source, status, chunks),
+``embedded`` (count), ``waiting`` (holder: the backend pid of the run holding the lock)."""
+
+
+@dataclasses.dataclass
+class IngestReport:
+    """What a run did; ``to_dict()`` is the ``--json`` summary."""
+
+    files_seen: int = 0
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    pruned: int = 0
+    failed: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    chunks_written: int = 0
+    embeddings_computed: int = 0
+    embeddings_reused: int = 0
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    aborted: str | None = None
+    """Why the run stopped early (a run-level error), or None."""
+
+    def fail(self, source: str, reason: str) -> None:
+        self.failed.append({"source": source, "reason": reason})
+        log.warning("failed: %s: %s", source, reason)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    @property
+    def exit_code(self) -> int:
+        """0 all went well, 1 some sources failed (the rest were ingested), 2 run aborted."""
+        if self.aborted:
+            return 2
+        return 1 if self.failed else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["seconds"] = {k: round(v, 3) for k, v in self.seconds.items()}
+        data["exit_code"] = self.exit_code
+        return data

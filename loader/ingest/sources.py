@@ -1,0 +1,164 @@
+"""Sources on disk and in memory: walking folders, reading files safely, file metadata."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import errno
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from loader.errors import ConfigError
+from loader.ingest.extract import FORMATS, ExtractionError, Section, mime_type
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceDocument:
+    """One document to ingest from memory (files go through :func:`ingest_paths`).
+
+    ``sections`` carry heading paths when the source has headings; without them ``text`` is one
+    section. ``source_uri`` is the document's identity: ingesting it again replaces it.
+    """
+
+    source_uri: str
+    title: str
+    text: str
+    sections: list[Section] | None = None
+    category: str | None = None
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Scan:
+    files: list[Path] = dataclasses.field(default_factory=list)
+    roots: list[Path] = dataclasses.field(default_factory=list)
+    failures: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+
+def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
+    """Files (resolved, de-duplicated, sorted) under ``paths``; loops and dead links reported.
+
+    A path that does not exist is a :class:`ConfigError` (nothing is done). Directories are
+    walked recursively, following symbolic links but never into a directory already visited
+    (a symlink loop is reported, not followed forever); hidden files and folders are skipped.
+    """
+    scan = Scan()
+    seen: set[Path] = set()
+
+    def add(path: Path) -> None:
+        try:
+            real = path.resolve(strict=True)
+        except RuntimeError:
+            scan.failures.append((str(path.absolute()), "symlink loop"))
+            return
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                scan.failures.append((str(path.absolute()), "symlink loop"))
+            elif path.is_symlink():
+                scan.failures.append((str(path.absolute()), "broken symbolic link"))
+            else:
+                scan.failures.append((str(path.absolute()), f"cannot read: {exc.strerror}"))
+            return
+        if real not in seen:
+            seen.add(real)
+            scan.files.append(real)
+
+    for raw in paths:
+        path = Path(raw).expanduser().absolute()
+        if not os.path.lexists(path):
+            raise ConfigError(f"{path} does not exist", hint="check the path you gave to ingest")
+        try:
+            is_dir = path.is_dir()
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                scan.failures.append((str(path), "symlink loop"))
+                continue
+            raise
+        if not is_dir:
+            if mime_type(path) is None and path.exists():
+                scan.failures.append(
+                    (
+                        str(path.resolve()),
+                        f"unsupported file type {path.suffix or '(none)'}; pgkb reads "
+                        + ", ".join(sorted(FORMATS)),
+                    )
+                )
+                continue
+            add(path)
+            continue
+        root = path.resolve()
+        scan.roots.append(root)
+        visited: set[tuple[int, int]] = set()
+
+        def on_error(exc: OSError) -> None:
+            scan.failures.append((str(exc.filename), f"cannot read folder: {exc.strerror}"))
+
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=on_error):
+            try:
+                st = os.stat(dirpath)
+            except OSError as exc:
+                scan.failures.append((dirpath, f"cannot read folder: {exc.strerror}"))
+                dirnames[:] = []
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key in visited:
+                scan.failures.append(
+                    (dirpath, f"symlink loop (leads back to {os.path.realpath(dirpath)})")
+                )
+                dirnames[:] = []
+                continue
+            visited.add(key)
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                if name.startswith(".") or mime_type(name) is None:
+                    continue
+                add(Path(dirpath) / name)
+    scan.files.sort()
+    return scan
+
+
+def read_file(path: Path, max_bytes: int) -> bytes:
+    """The file's bytes, or :class:`ExtractionError` (too large, vanished, changed while read)."""
+    try:
+        before = os.stat(path)
+        if before.st_size > max_bytes:
+            raise ExtractionError(
+                f"file too large ({before.st_size / 1e6:.1f} MB, the limit is "
+                f"{max_bytes / 1e6:.1f} MB); raise PGKB_MAX_FILE_MB to ingest it"
+            )
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)
+        after = os.stat(path)
+    except FileNotFoundError:
+        raise ExtractionError("deleted during the run (it will be pruned by --prune)") from None
+    except IsADirectoryError:
+        raise ExtractionError("is a directory") from None
+    except PermissionError:
+        raise ExtractionError("permission denied") from None
+    except OSError as exc:
+        raise ExtractionError(f"cannot read: {exc.strerror or exc}") from None
+    if (
+        len(data) > max_bytes
+        or (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns)
+        or len(data) != after.st_size
+    ):
+        raise ExtractionError(
+            "changed while being read; its stored version is kept, run again to pick it up"
+        )
+    return data
+
+
+def file_metadata(path: Path, data: bytes, mime: str | None) -> dict[str, Any]:
+    try:
+        mtime = os.stat(path).st_mtime
+        modified = dt.datetime.fromtimestamp(mtime, dt.UTC).isoformat(timespec="seconds")
+    except OSError:
+        modified = None
+    return {
+        "file_name": path.name,
+        "mime_type": mime,
+        "size_bytes": len(data),
+        "modified": modified,
+    }

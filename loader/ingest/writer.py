@@ -1,0 +1,280 @@
+"""The database side of ingestion: the run's advisory lock, stored hashes, and the writer that
+embeds prepared documents in shared batches and replaces each in its own transaction."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from loader.db import queries
+from loader.errors import PgkbError
+from loader.ingest.chunking import Chunk
+from loader.ingest.report import IngestReport, ProgressCallback
+from loader.ingest.sources import Scan
+from loader.providers.embeddings import Embedder
+
+log = logging.getLogger(__name__)
+
+INGEST_LOCK_KEY = 0x70676B62_00000001
+"""The advisory lock every ingestion run holds ('pgkb' + 1)."""
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A source, parsed and chunked, waiting for its vectors and its transaction."""
+
+    source_uri: str
+    title: str
+    content_sha: str
+    category: str | None
+    metadata: dict[str, Any]
+    chunks: list[Chunk]
+    is_new: bool
+
+
+def json_default(value: Any) -> str:
+    return str(value)
+
+
+# --- the writer ---------------------------------------------------------------------------------
+
+
+class Writer:
+    """Embeds prepared documents in shared batches and writes each in its own transaction."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        embedder: Embedder,
+        model_id: int,
+        batch_size: int,
+        report: IngestReport,
+        progress: ProgressCallback | None,
+    ) -> None:
+        self.conn = conn
+        self.embedder = embedder
+        self.model_id = model_id
+        self.batch_size = batch_size
+        self.report = report
+        self.progress = progress
+        self.pending: list[Prepared] = []
+        self.pending_texts = 0
+
+    def add(self, prepared: Prepared) -> None:
+        self.pending.append(prepared)
+        self.pending_texts += len(prepared.chunks)
+        if self.pending_texts >= self.batch_size * 4 or len(self.pending) >= 256:
+            self.flush()
+
+    def _reusable(self, shas: list[str]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for start in range(0, len(shas), 5000):
+            rows = self.conn.execute(
+                queries.REUSABLE_EMBEDDINGS,
+                (self.model_id, shas[start : start + 5000]),
+            ).fetchall()
+            found.update({sha: vector for sha, vector in rows})
+        self.conn.commit()
+        return found
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        batch, self.pending, self.pending_texts = self.pending, [], 0
+        shas = sorted({c.content_sha for p in batch for c in p.chunks})
+        with self.report.phase("embed"):
+            vectors = self._reusable(shas)
+            reused_shas = set(vectors)
+            missing: dict[str, str] = {}
+            for prepared in batch:
+                for chunk in prepared.chunks:
+                    if chunk.content_sha not in vectors:
+                        missing.setdefault(chunk.content_sha, chunk.embed_text)
+            if missing:
+                texts = list(missing.values())
+                computed = self.embedder.embed(texts)
+                if len(computed) != len(texts):
+                    raise PgkbError(
+                        f"the embedding model {self.embedder.name} returned {len(computed)} "
+                        f"vectors for {len(texts)} texts"
+                    )
+                for sha, vector in zip(missing, computed, strict=True):
+                    if len(vector) != self.embedder.dims:
+                        raise PgkbError(
+                            f"the embedding model {self.embedder.name} returned a "
+                            f"{len(vector)}-dimensional vector, expected {self.embedder.dims}"
+                        )
+                    vectors[sha] = vector
+                self.report.embeddings_computed += len(texts)
+            for prepared in batch:
+                self.report.embeddings_reused += sum(
+                    1 for c in prepared.chunks if c.content_sha in reused_shas
+                )
+            if self.progress:
+                self.progress("embedded", {"count": len(missing)})
+        with self.report.phase("write"):
+            for prepared in batch:
+                self._write(prepared, vectors)
+
+    def _write(self, prepared: Prepared, vectors: dict[str, Any]) -> None:
+        conn = self.conn
+        with conn.transaction():
+            row = conn.execute(
+                queries.UPSERT_DOCUMENT,
+                (
+                    prepared.source_uri,
+                    prepared.title,
+                    prepared.content_sha,
+                    prepared.category,
+                    json.dumps(prepared.metadata, default=json_default, ensure_ascii=False),
+                ),
+            ).fetchone()
+            assert row is not None
+            document_id = row[0]
+            conn.execute(queries.DELETE_CHUNKS, (document_id,))
+            with conn.cursor().copy(queries.COPY_CHUNKS) as copy:
+                copy.set_types(["uuid", "int4", "text", "text", "text", "int4"])
+                for chunk in prepared.chunks:
+                    copy.write_row(
+                        (
+                            document_id,
+                            chunk.index,
+                            chunk.heading_path,
+                            chunk.content,
+                            chunk.content_sha,
+                            chunk.token_count,
+                        )
+                    )
+            ids = dict(conn.execute(queries.CHUNK_IDS, (document_id,)).fetchall())
+            with conn.cursor().copy(queries.COPY_EMBEDDINGS) as copy:
+                copy.set_types(["int8", "int4", "vector"])
+                for chunk in prepared.chunks:
+                    copy.write_row(
+                        (ids[chunk.index], self.model_id, _as_vector(vectors[chunk.content_sha]))
+                    )
+        if prepared.is_new:
+            self.report.new += 1
+        else:
+            self.report.changed += 1
+        self.report.chunks_written += len(prepared.chunks)
+        log.info(
+            "%s: %s (%d chunks)",
+            "new" if prepared.is_new else "changed",
+            prepared.source_uri,
+            len(prepared.chunks),
+        )
+        if self.progress:
+            self.progress(
+                "document",
+                {
+                    "source": prepared.source_uri,
+                    "status": "new" if prepared.is_new else "changed",
+                    "chunks": len(prepared.chunks),
+                },
+            )
+
+
+def _as_vector(value: Any) -> Any:
+    from pgvector import Vector
+
+    return value if isinstance(value, Vector) else Vector(value)
+
+
+# --- locking and the model ----------------------------------------------------------------------
+
+
+def _lock_holder(conn: psycopg.Connection[Any]) -> int | None:
+    row = conn.execute(
+        queries.INGEST_LOCK_HOLDER,
+        (INGEST_LOCK_KEY >> 32, INGEST_LOCK_KEY & 0xFFFFFFFF),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+@contextmanager
+def ingest_lock(
+    conn: psycopg.Connection[Any], *, wait: bool = True, progress: ProgressCallback | None = None
+) -> Iterator[None]:
+    """Hold the ingestion advisory lock (session level) for the block.
+
+    ``wait=False``: raise :class:`PgkbError` at once if another run holds it. The lock is
+    released when the block ends or, if the process dies, when its connection closes.
+    """
+    from psycopg.pq import TransactionStatus
+
+    if wait:
+        holder = _lock_holder(conn)
+        if holder is not None:
+            log.warning("another ingestion (backend pid %s) is running; waiting for it", holder)
+            if progress:
+                progress("waiting", {"holder": holder})
+        conn.execute(queries.ADVISORY_LOCK, (INGEST_LOCK_KEY,))
+    else:
+        row = conn.execute(queries.TRY_ADVISORY_LOCK, (INGEST_LOCK_KEY,)).fetchone()
+        if not row or not row[0]:
+            holder = _lock_holder(conn)
+            conn.rollback()
+            raise PgkbError(
+                "another pgkb ingest is running on this database"
+                + (f" (backend pid {holder})" if holder else ""),
+                hint="wait for it to finish, or run with --wait to queue behind it",
+            )
+    conn.commit()
+    try:
+        yield
+    finally:
+        try:
+            if conn.info.transaction_status != TransactionStatus.IDLE:  # a failure left one open
+                conn.rollback()
+            conn.execute(queries.ADVISORY_UNLOCK, (INGEST_LOCK_KEY,))
+            conn.commit()
+        except Exception:  # the connection is gone: so is its lock
+            log.debug("could not release the ingest lock explicitly", exc_info=True)
+
+
+def stored_shas(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    rows = conn.execute(queries.STORED_SHAS).fetchall()
+    conn.commit()
+    return {uri: sha for uri, sha in rows}
+
+
+def analyze(conn: psycopg.Connection[Any], report: IngestReport) -> None:
+    if report.chunks_written >= 1000:
+        with report.phase("analyze"):
+            conn.execute(queries.ANALYZE_KB)
+            conn.commit()
+
+
+def _like_prefix(root: Path) -> str:
+    text = str(root).rstrip("/") + "/"
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def prune_missing(conn: psycopg.Connection[Any], scan: Scan) -> int:
+    """Delete documents under the scanned folders whose files no longer exist."""
+    present = {str(f) for f in scan.files}
+    doomed: list[str] = []
+    for root in scan.roots:
+        rows = conn.execute(
+            queries.SOURCE_URIS_LIKE,
+            (_like_prefix(root),),
+        ).fetchall()
+        for (uri,) in rows:
+            if uri not in present and not os.path.lexists(uri):
+                doomed.append(uri)
+    conn.commit()
+    if not doomed:
+        return 0
+    with conn.transaction():
+        conn.execute(queries.DELETE_DOCUMENTS, (doomed,))
+    for uri in doomed:
+        log.info("pruned: %s", uri)
+    return len(doomed)

@@ -1,0 +1,182 @@
+"""An OpenAI-compatible chat-completions client (OpenAI, Azure, Ollama, vLLM, llama.cpp, ...).
+
+Built on the shared layer of :mod:`loader.providers.openai_compat` (client factory, error text);
+every failure surfaces as :class:`ChatError` with a message naming the endpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from loader.errors import ConfigError, PgkbError
+from loader.providers import openai_compat
+from loader.settings import Settings
+
+
+class ChatError(PgkbError):
+    """The chat model could not be reached or gave an unusable reply."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+    """The raw JSON text the model sent (it may be malformed)."""
+
+
+@dataclasses.dataclass
+class ChatReply:
+    content: str | None
+    tool_calls: list[ToolCall]
+    finish_reason: str | None = None
+
+    def assistant_message(self) -> dict[str, Any]:
+        """The reply as a message to append to the conversation."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in self.tool_calls
+            ]
+        return message
+
+
+class ChatModel(Protocol):
+    """What the answer path and the agent need from a chat model."""
+
+    model: str
+
+    def complete(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> ChatReply: ...
+
+
+class ChatClient:
+    """An OpenAI-compatible chat-completions client (OpenAI, Azure, Ollama, vLLM, llama.cpp, ...).
+
+    Retries (``chat_max_retries``, exponential backoff, ``Retry-After`` honoured) are the
+    ``openai`` package's own: on 408, 409, 429, 5xx, timeouts and lost connections. Every
+    failure surfaces as :class:`ChatError` with a message naming the endpoint.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        if not settings.chat_model:
+            raise ConfigError("no chat model is configured", hint="set PGKB_CHAT_MODEL")
+        api_key = settings.chat_api_key
+        if not api_key and not settings.chat_base_url:
+            raise ConfigError(
+                f"chat_model is {settings.chat_model!r} with no chat_base_url, which means "
+                "OpenAI's API, but no chat_api_key is set",
+                hint="set PGKB_CHAT_API_KEY, or PGKB_CHAT_BASE_URL for a local server "
+                "(Ollama: http://localhost:11434/v1)",
+            )
+        self.model = settings.chat_model
+        self.base_url = settings.chat_base_url or "https://api.openai.com/v1"
+        self.timeout = settings.chat_timeout
+        self._client = openai_compat.make_client(
+            base_url=settings.chat_base_url,
+            api_key=api_key,
+            timeout=settings.chat_timeout,
+            max_retries=settings.chat_max_retries,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ChatClient | None:
+        """The configured client, or None when no chat model is configured."""
+        return cls(settings) if settings.chat_model else None
+
+    def complete(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> ChatReply:
+        """One chat completion; with ``on_text``, streamed (each text piece passed to it)."""
+        import openai
+
+        kwargs: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        if tools:
+            kwargs["tools"] = list(tools)
+            if tool_choice:
+                kwargs["tool_choice"] = tool_choice
+        try:
+            if on_text is not None:
+                return self._stream(kwargs, on_text)
+            response = self._client.chat.completions.create(**kwargs)
+            if not response.choices:
+                raise ChatError(f"the chat model at {self.base_url} returned no choices")
+            choice = response.choices[0]
+            calls = [
+                ToolCall(c.id, c.function.name, c.function.arguments or "")
+                for c in (choice.message.tool_calls or [])
+                if getattr(c, "function", None) is not None
+            ]
+            return ChatReply(choice.message.content, calls, choice.finish_reason)
+        except ChatError:
+            raise
+        except openai.APITimeoutError:
+            raise ChatError(
+                f"the chat model at {self.base_url} did not answer within {self.timeout:g} s",
+                hint="raise PGKB_CHAT_TIMEOUT or check the server's load",
+            ) from None
+        except openai.APIConnectionError as exc:
+            raise ChatError(
+                f"cannot reach the chat model at {self.base_url}: {exc}",
+                hint="check PGKB_CHAT_BASE_URL and that the server is running",
+            ) from None
+        except openai.APIStatusError as exc:
+            raise ChatError(
+                f"the chat model at {self.base_url} answered HTTP {exc.status_code}: "
+                f"{openai_compat.error_text(exc)}",
+                hint="check PGKB_CHAT_MODEL and PGKB_CHAT_API_KEY"
+                if exc.status_code in (401, 403, 404)
+                else None,
+            ) from None
+        except (openai.OpenAIError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ChatError(
+                f"the chat model at {self.base_url} sent a reply pgkb cannot read: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+
+    def _stream(self, kwargs: dict[str, Any], on_text: Callable[[str], None]) -> ChatReply:
+        stream = self._client.chat.completions.create(**kwargs, stream=True)
+        text: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        finish: str | None = None
+        for chunk in stream:
+            if not chunk.choices:
+                continue
+            choice = chunk.choices[0]
+            finish = choice.finish_reason or finish
+            delta = choice.delta
+            if delta is None:
+                continue
+            if delta.content:
+                text.append(delta.content)
+                on_text(delta.content)
+            for call in delta.tool_calls or []:
+                slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                if call.id:
+                    slot["id"] = call.id
+                if call.function is not None:
+                    slot["name"] += call.function.name or ""
+                    slot["arguments"] += call.function.arguments or ""
+        tool_calls = [
+            ToolCall(c["id"] or f"call_{i}", c["name"], c["arguments"])
+            for i, c in sorted(calls.items())
+        ]
+        return ChatReply("".join(text) if text else None, tool_calls, finish)

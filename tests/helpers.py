@@ -1,0 +1,313 @@
+"""Helpers the tests share (plain functions and data; the fixtures are in ``conftest.py``).
+
+Databases: ``with_dbname``, ``create_database``, ``drop_database``, ``migrate``. Corpora: the
+hand-made 4-dimensional corpus of the answer and agent tests (``load_corpus``, ``HandEmbedder``,
+``chat_settings``) and the golden 3-dimensional corpus of the search tests (``load_golden``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from pgvector import Vector
+from psycopg import sql
+
+from loader.settings import Settings
+
+if TYPE_CHECKING:  # the fake server is a pytest plugin (conftest), imported by pytest first
+    from tests.fake_openai import FakeOpenAI
+
+# --- databases ------------------------------------------------------------------------------
+
+
+def with_dbname(url: str, dbname: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+def admin_connection(pg_url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(pg_url, autocommit=True)
+
+
+def create_database(pg_url: str, name: str, template: str | None = None) -> str:
+    with admin_connection(pg_url) as conn:
+        query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template:
+            query = query + sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        conn.execute(query)
+    return with_dbname(pg_url, name)
+
+
+def drop_database(pg_url: str, name: str) -> None:
+    with admin_connection(pg_url) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+def migrate(url: str, revision: str = "head") -> None:
+    """alembic upgrade through an injected SQLAlchemy connection, as pgkb's env.py allows."""
+    import sqlalchemy as sa
+
+    from loader.db.connect import sqlalchemy_url
+    from loader.db.migrations import upgrade_connection
+
+    engine = sa.create_engine(sqlalchemy_url(url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            upgrade_connection(connection, revision)
+            connection.commit()
+    finally:
+        engine.dispose()
+
+
+# --- the hand-made corpus of the answer and agent tests --------------------------------------
+
+MODEL = "hand-made-4d"
+
+
+@dataclasses.dataclass(frozen=True)
+class Doc:
+    title: str
+    source_uri: str
+    category: str
+    chunks: list[tuple[str, str, list[float]]]
+    """(heading_path, content, vector) per chunk, in order."""
+
+
+LONG_CHUNKS = [
+    (
+        f"Checkpoint Tuning > Part {i // 10 + 1}",
+        f"Checkpoint section {i}: the checkpointer flushes dirty buffers to disk so that WAL "
+        f"before the checkpoint can be recycled. Paragraph {i} discusses checkpoint_timeout and "
+        f"max_wal_size, and how spreading writes with checkpoint_completion_target avoids I/O "
+        f"spikes. Detail number {i} of the long manual.",
+        [0.0, 0.0, 1.0, 0.01 * i],
+    )
+    for i in range(30)
+]
+
+CORPUS = [
+    Doc(
+        "Index Types",
+        "/kb/indexes-types.md",
+        "manual",
+        [
+            (
+                "Indexes > Index Types",
+                "PostgreSQL provides several index types: B-tree, Hash, GiST, SP-GiST, GIN and "
+                "BRIN. Each index type uses a different algorithm suited to different queries.",
+                [1.0, 0.0, 0.0, 0.0],
+            ),
+            (
+                "Indexes > Index Types > B-tree",
+                "B-tree is the default index type: CREATE INDEX creates a B-tree index unless "
+                "USING names another method.",
+                [0.9, 0.1, 0.0, 0.0],
+            ),
+            (
+                "Indexes > Index Types > GIN",
+                "GIN indexes suit composite values such as arrays and jsonb documents.",
+                [0.8, 0.0, 0.2, 0.0],
+            ),
+        ],
+    ),
+    Doc(
+        "VACUUM",
+        "/kb/sql-vacuum.md",
+        "manual",
+        [
+            (
+                "VACUUM",
+                "VACUUM reclaims storage occupied by dead tuples left behind by updates and "
+                "deletes.",
+                [0.0, 1.0, 0.0, 0.0],
+            ),
+            (
+                "VACUUM > FULL",
+                "VACUUM FULL rewrites the whole table into a new file and needs an exclusive "
+                "lock on it while it runs.",
+                [0.0, 0.9, 0.1, 0.0],
+            ),
+        ],
+    ),
+    Doc("Checkpoint Tuning", "/kb/checkpoint-tuning.md", "guide", LONG_CHUNKS),
+]
+
+
+class HandEmbedder:
+    """Maps a question onto the corpus's hand-made directions by the words it contains."""
+
+    AXES: Sequence[tuple[str, ...]] = (
+        ("index", "b-tree", "btree", "gin"),
+        ("vacuum", "dead", "reclaim"),
+        ("checkpoint", "wal"),
+    )
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def embed_query(self, text: str) -> list[float]:
+        self.queries.append(text)
+        lowered = text.lower()
+        vector = [0.0, 0.0, 0.0, 0.05]
+        for axis, words in enumerate(self.AXES):
+            if any(w in lowered for w in words):
+                vector[axis] = 1.0
+        return vector
+
+
+def load_corpus(conn: psycopg.Connection[Any], docs: Sequence[Doc] = CORPUS) -> dict[str, str]:
+    """Write ``docs`` into the kb tables; returns {title: document id}."""
+    conn.execute("SELECT kb.register_model(%s, 4, 'test')", (MODEL,))
+    ids: dict[str, str] = {}
+    for doc in docs:
+        doc_id = str(uuid.uuid4())
+        ids[doc.title] = doc_id
+        text = "\n".join(c for _h, c, _v in doc.chunks)
+        conn.execute(
+            "INSERT INTO kb.documents (id, source_uri, title, content_sha, category) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (
+                doc_id,
+                doc.source_uri,
+                doc.title,
+                hashlib.sha256(text.encode()).hexdigest(),
+                doc.category,
+            ),
+        )
+        for index, (heading, content, vector) in enumerate(doc.chunks):
+            row = conn.execute(
+                "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, "
+                "content_sha, token_count) VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
+                (
+                    doc_id,
+                    index,
+                    heading,
+                    content,
+                    hashlib.sha256(content.encode()).hexdigest(),
+                    len(content.split()) * 4 // 3,
+                ),
+            ).fetchone()
+            assert row is not None
+            conn.execute(
+                "INSERT INTO kb.embeddings (chunk_id, model_id, embedding) "
+                "SELECT %s, id, %s::vector FROM kb.embedding_models WHERE name = %s",
+                (row[0], str(vector), MODEL),
+            )
+    conn.commit()
+    return ids
+
+
+def chat_settings(settings: Settings, fake_openai: FakeOpenAI) -> Settings:
+    """The test database, the hand-made model, and the fake server as the chat model."""
+    return settings.replace(
+        embedding_model=MODEL,
+        embedding_dims=4,
+        chat_base_url=fake_openai.base_url,
+        chat_model="fake-chat",
+        chat_api_key="sk-test",
+        chat_max_retries=0,
+        chat_timeout=5.0,
+    )
+
+
+# --- the golden corpus of the search tests ----------------------------------------------------
+
+D1 = uuid.UUID("00000000-0000-0000-0000-0000000000d1")
+D2 = uuid.UUID("00000000-0000-0000-0000-0000000000d2")
+D3 = uuid.UUID("00000000-0000-0000-0000-0000000000d3")
+
+# (document, chunk_index, heading_path, content, token_count, embedding)
+CHUNKS = [
+    (
+        D1,
+        0,
+        "Errors > Class 40",
+        "SQLSTATE 40P01 means deadlock_detected: two transactions wait on each other",
+        20,
+        [1.0, 0.0, 0.0],
+    ),
+    (
+        D1,
+        1,
+        "Errors > Class 40",
+        "serialization_failure 40001: retry the transaction",
+        12,
+        [0.8, 0.6, 0.0],
+    ),
+    (
+        D2,
+        0,
+        "Resource Consumption > Memory",
+        "maintenance_work_mem sets the memory used by "
+        "maintenance operations such as VACUUM and CREATE INDEX",
+        25,
+        [0.0, 1.0, 0.0],
+    ),
+    (
+        D2,
+        1,
+        "Resource Consumption > Memory",
+        "work_mem sets the memory used by sort operations "
+        "and hash tables before writing to temporary files",
+        24,
+        [0.0, 0.6, 0.8],
+    ),
+    (
+        D3,
+        0,
+        "Routine Vacuuming",
+        "VACUUM reclaims storage occupied by dead tuples; run vacuum regularly",
+        15,
+        [0.0, 0.0, 1.0],
+    ),
+]
+DOCS = [
+    (D1, "errcodes.html", "Error Codes", "reference", '{"team": "db", "version": 15}'),
+    (
+        D2,
+        "runtime-config-resource.html",
+        "Resource Consumption",
+        "configuration",
+        '{"team": "ops", "version": 15}',
+    ),
+    (D3, "routine-vacuuming.html", "Routine Vacuuming", "maintenance", '{"team": "ops"}'),
+]
+
+
+@dataclass
+class Corpus:
+    ids: list[int]  # chunk ids in CHUNKS order
+    model_id: int
+
+
+def load_golden(conn: psycopg.Connection[Any]) -> Corpus:
+    model_id = conn.execute("SELECT kb.register_model('golden', 3, 'test')").fetchone()[0]
+    for doc_id, uri, title, category, metadata in DOCS:
+        conn.execute(
+            "INSERT INTO kb.documents (id, source_uri, title, content_sha, category, metadata) "
+            "VALUES (%s, %s, %s, 'sha', %s, %s::jsonb)",
+            (doc_id, uri, title, category, metadata),
+        )
+    ids = []
+    for doc_id, index, heading, content, tokens, vector in CHUNKS:
+        chunk_id = conn.execute(
+            "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
+            "token_count) VALUES (%s, %s, %s, %s, 'sha', %s) RETURNING id",
+            (doc_id, index, heading, content, tokens),
+        ).fetchone()[0]
+        conn.execute(
+            "INSERT INTO kb.embeddings (chunk_id, model_id, embedding) VALUES (%s, %s, %s)",
+            (chunk_id, model_id, Vector(vector)),
+        )
+        ids.append(chunk_id)
+    conn.commit()
+    return Corpus(ids, model_id)
