@@ -383,7 +383,9 @@ def _rate_findings(name: str, recorded: Mapping[str, Any], run: Mapping[str, Any
 
 def summary_line(name: str, recorded: Mapping[str, Any] | None, run: Mapping[str, Any]) -> str:
     """``name: hybrid recall@5 0.910 (recorded 0.910), ...`` for the gate's verdict."""
-    hybrid = run["retrievers"].get("hybrid") or next(iter(run["retrievers"].values()), {})
+    hybrid: Mapping[str, Any] = run["retrievers"].get("hybrid") or next(
+        iter(run["retrievers"].values()), {}
+    )
     old = ((recorded or {}).get("retrievers") or {}).get("hybrid") or {}
     parts = []
     for metric in (f"recall@{run.get('k', 5)}", f"mrr@{DEPTH}", f"ndcg@{DEPTH}"):
