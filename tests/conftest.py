@@ -174,10 +174,15 @@ def sample_kb(
 
 @pytest.fixture(scope="session")
 def sample_eval(sample_kb: Settings) -> dict[str, Any]:
-    """The eval report of eval/questions.json over the sample corpus (run once per session)."""
+    """The eval report of eval/questions.json, with eval/questions-holdout.json as its held-out
+    set, over the sample corpus (run once per session)."""
     from loader.evaluation.harness import evaluate_questions
-    from loader.evaluation.questions import default_questions_file
+    from loader.evaluation.questions import default_holdout_file, default_questions_file
 
     return evaluate_questions(
-        sample_kb, questions_file=default_questions_file(), corpus=None, ingest=False
+        sample_kb,
+        questions_file=default_questions_file(),
+        holdout_file=default_holdout_file(),
+        corpus=None,
+        ingest=False,
     )

@@ -102,7 +102,7 @@ def test_category_limits_retrieval(
     fake_openai: FakeOpenAI,
 ) -> None:
     answer = ask(conn, kb_settings, "index types and vacuum", model=False, category="guide")
-    assert {p.title for p in answer.context} <= {"Checkpoint Tuning"}
+    assert {p.title for p in answer.context} == {"Checkpoint Tuning"}
 
 
 # --- checking the reply -----------------------------------------------------------------------

@@ -26,6 +26,7 @@ from loader.evaluation.runner import (
     EvalQuery,
     aggregate,
     dedupe_documents,
+    per_query,
     ranked_documents,
     run_queries,
 )
@@ -61,7 +62,9 @@ def test_bundled_question_mix() -> None:
     counts = {kind: sum(q.kind == kind for q in questions) for kind in KINDS}
     assert len(questions) >= 40
     assert counts["unanswerable"] >= 8
-    assert min(counts.values()) >= 10, counts
+    # the sample's pages are answered one at a time; multipage questions are the whole-manual
+    # sets' kind
+    assert min(n for kind, n in counts.items() if kind != "multipage") >= 10, counts
     holdout = load_questions(default_holdout_file())
     assert not {q.question for q in holdout} & {q.question for q in questions}
 
@@ -99,6 +102,10 @@ def test_unanswerable_names_never_occur_in_the_corpus() -> None:
         ('[{"id": "a", "question": "q", "kind": "exact", "sources": []}]', "needs at least one"),
         ('[{"id": "a", "question": "q", "kind": "unanswerable", "sources": ["x"]}]', "no sources"),
         ('[{"id": "a", "question": "", "kind": "exact", "sources": ["x"]}]', "'question'"),
+        (
+            '[{"id": "a", "question": "q", "kind": "multipage", "sources": ["x", "x"]}]',
+            "multipage question needs at least two sources",
+        ),
         (
             '[{"id": "a", "question": "q", "kind": "exact", "sources": ["x"]},'
             ' {"id": "a", "question": "r", "kind": "exact", "sources": ["x"]}]',
@@ -288,3 +295,51 @@ def test_calibration_respects_the_false_flag_budget() -> None:
     none = AbstentionRule((), source="x")
     assert rule_rates(none, samples)["unanswerable_flagged"] == 0.0
     assert Condition("coverage", "<", 0.5).holds({"coverage": None}) is False
+
+
+def test_multipage_questions_count_the_share_of_their_pages_found(tmp_path: Path) -> None:
+    from loader.evaluation.report import render
+
+    path = tmp_path / "q.json"
+    path.write_text(
+        json.dumps(
+            [
+                {"id": "m", "question": "q", "kind": "multipage", "sources": ["a.html", "b.html"]},
+                {"id": "e", "question": "r", "kind": "exact", "sources": ["a.html"]},
+            ]
+        ),
+        encoding="utf-8",
+    )
+    questions = load_questions(path)
+    assert [q.kind for q in questions] == ["multipage", "exact"]
+    settings = load_settings(env={}, database_url="postgresql://unused/db")
+
+    def retrieve(text: str, emb: Any, mode: str, limit: int) -> list[dict[str, str]]:
+        return [{"source_uri": f"/c/{n}"} for n in ("a.html", "x.html", "y.html", "b.html")]
+
+    results = run_queries(
+        None,  # type: ignore[arg-type]  # not used without abstention
+        settings,
+        [EvalQuery.from_question(q) for q in questions],
+        embed_query=lambda text: [0.0],
+        retrieve=retrieve,
+        k=3,
+        abstention=False,
+    )
+    table = aggregate(results, 3)
+    # one of its two pages in the top 3: recall@3 0.5; the first found at rank 1: MRR 1
+    assert table["hybrid"]["by_kind"]["multipage"] == {
+        "recall@3": 0.5, "mrr@10": 1.0, "ndcg@10": 0.8772, "queries": 1
+    }  # fmt: skip
+    assert list(table["hybrid"]["by_kind"]) == ["exact", "multipage"]  # in KINDS order
+    rows = per_query(results)
+    assert rows[0]["hybrid"]["ranks"] == {"a.html": 1, "b.html": 4}
+    report = {
+        "kind": "questions", "questions_file": str(path), "questions": 2, "answerable": 2,
+        "unanswerable": 0, "documents": 4, "corpus": "/c", "k": 3, "reranked": None,
+        "parameters": {"embedding_model": "m", "embedding_dims": 3, "chunk_tokens": 1,
+                       "chunk_overlap": 0, "vector_candidates": 1, "keyword_candidates": 1,
+                       "rrf_k": 1, "keyword_ranking": "bm25"},
+        "retrievers": table,
+    }  # fmt: skip
+    assert re.search(r"multipage\s+1\s+0\.500\s+0\.500\s+0\.500", render(report))

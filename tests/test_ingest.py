@@ -670,6 +670,10 @@ def test_quickstart_ingests_the_sample_corpus(
     asked = result.stdout.split("$ pgkb ask ")[1:]
     assert len(asked) == 2
     assert "Oracle Data Guard" in asked[1] and "I don't know" in asked[1]
+    # the answerable one is answered from CREATE INDEX's page, by the passage on CONCURRENTLY
+    assert "I don't know" not in asked[0]
+    assert "[CREATE INDEX] " + str(sample_corpus_dir() / "sql-createindex.html") in asked[0]
+    assert "build the index without taking any locks" in asked[0]
     again = CliRunner().invoke(cli, ["quickstart"], env=env)
     assert again.exit_code == 0, again.output
     assert f"{pages} unchanged" in again.stderr

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from loader.cli.base import App
+from loader.errors import PgkbError
 
 
 @click.command("eval")
@@ -60,6 +61,35 @@ from loader.cli.base import App
 )
 @click.option("--no-ingest", is_flag=True, help="Evaluate what the knowledge base holds as is.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--check-baseline",
+    is_flag=True,
+    help="Compare every set of the run with the recorded baseline (the eval gate); exit code 1 "
+    "naming the questions that moved when it fails.",
+)
+@click.option(
+    "--record-baseline",
+    is_flag=True,
+    help="Record the run's sets in the baseline; refused when that would lower it.",
+)
+@click.option(
+    "--accept-lower",
+    metavar="REASON",
+    help="With --record-baseline: record a lower baseline; REASON is stored in the file.",
+)
+@click.option(
+    "--baseline",
+    "baseline_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Baseline file of --check-baseline / --record-baseline (default: eval/baseline.json).",
+)
+@click.option(
+    "--set",
+    "set_name",
+    metavar="NAME",
+    help="Name of the question set in the baseline (default: 'bundled' for the bundled "
+    "questions, else the file name; the held-out set is NAME-holdout).",
+)
 @click.pass_obj
 def eval_command(
     app: App,
@@ -74,6 +104,11 @@ def eval_command(
     max_queries: int | None,
     no_ingest: bool,
     as_json: bool,
+    check_baseline: bool,
+    record_baseline: bool,
+    accept_lower: str | None,
+    baseline_file: Path | None,
+    set_name: str | None,
 ) -> None:
     """Run retrieval only (no generation) for every question through the vector, keyword and
     hybrid retrievers; report recall@k, MRR@10 and nDCG@10 overall and per kind, and the
@@ -84,13 +119,24 @@ def eval_command(
     pgkb eval --calibrate                  # ... and recompute the abstention rule
     pgkb eval --questions q.json --corpus ./docs
     pgkb eval --beir ../datasets/scifact --json
+    pgkb eval --check-baseline             # the eval gate: exit code 1 on a regression
+    pgkb eval --record-baseline [--accept-lower "reason"]
+
+    Exit codes: 0 success, 1 the eval gate failed (or recording would lower the baseline),
+    2 bad input or configuration.
     """
     from loader.cli.base import emit_json
-    from loader.errors import PgkbError
     from loader.evaluation.harness import evaluate_beir, evaluate_questions
     from loader.evaluation.questions import default_holdout_file, default_questions_file
     from loader.evaluation.report import render
 
+    if check_baseline and record_baseline:
+        raise PgkbError(
+            "--check-baseline and --record-baseline cannot be combined",
+            hint="check first; record once the change is meant",
+        )
+    if accept_lower is not None and not record_baseline:
+        raise PgkbError("--accept-lower only applies with --record-baseline")
     settings = app.settings()
 
     def progress(message: str) -> None:
@@ -127,7 +173,28 @@ def eval_command(
             ingest=not no_ingest,
             progress=progress,
         )
+    if set_name:
+        report["set"] = set_name
+    from loader.evaluation import baseline as gate_baseline
+
+    path = baseline_file or gate_baseline.BASELINE_FILE
+    verdict = gate_baseline.check([report], path) if check_baseline else None
+    if verdict is not None:
+        report["gate"] = verdict.to_dict()
     if as_json:
         emit_json(report)
     else:
         click.echo(render(report))
+        if verdict is not None:
+            click.echo()
+            click.echo(verdict.render(path))
+    if verdict is not None and not verdict.ok:
+        raise gate_baseline.GateFailed(
+            f"the eval gate failed: {len(verdict.failed)} problem(s), listed above"
+        )
+    if record_baseline:
+        _, lowered = gate_baseline.record([report], path, accept_lower=accept_lower)
+        names = ", ".join(gate_baseline.report_sets(report))
+        click.echo(f"recorded {names} in {path}", err=True)
+        if lowered:
+            click.echo(f"recorded lower, accepted: {accept_lower}", err=True)

@@ -51,10 +51,13 @@ def _quiet(_: str) -> None:
 def parameters(settings: Settings) -> dict[str, Any]:
     """The settings that shape retrieval, recorded beside every figure."""
     return {
+        "embedding_provider": settings.embedding_provider,
         "embedding_model": settings.embedding_model,
         "embedding_dims": settings.embedding_dims,
+        "embedding_max_input_tokens": settings.embedding_max_input_tokens,
         "chunk_tokens": settings.chunk_tokens,
         "chunk_overlap": settings.chunk_overlap,
+        "embed_heading_path": settings.embed_heading_path,
         "vector_candidates": settings.vector_candidates,
         "keyword_candidates": settings.keyword_candidates,
         "rrf_k": settings.rrf_k,

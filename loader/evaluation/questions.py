@@ -2,7 +2,8 @@
 
 A question file is a JSON list of objects ``{"id", "question", "kind", "sources": [...]}``;
 ``kind`` is one of :data:`KINDS`; ``sources`` names the documents that answer the question
-and is empty exactly for ``unanswerable`` questions. Other keys (``evidence``, ``why``) are
+(all of them, at least two, for ``multipage``) and is empty exactly for ``unanswerable``
+questions. Other keys (``evidence``, ``why``) are
 documentation and are ignored.
 
 An expected source matches a stored document when it equals its ``source_uri`` or is a path
@@ -21,7 +22,10 @@ from pathlib import Path
 from loader import resources
 from loader.errors import PgkbError
 
-KINDS = ("exact", "paraphrase", "conceptual", "unanswerable")
+KINDS = ("exact", "paraphrase", "conceptual", "multipage", "unanswerable")
+"""``multipage``: the answer needs several pages and ``sources`` lists them all (at least two).
+Its recall@k is the share of those pages in the top k (as for any question with several
+sources), so finding one of two pages counts 0.5; MRR counts the first of them found."""
 
 
 def default_questions_file() -> Path:
@@ -102,6 +106,11 @@ def load_questions(path: str | Path) -> list[Question]:
             raise QuestionFileError(
                 f"{where}: a {kind} question needs at least one source",
                 hint="name the file that answers it, or make it kind 'unanswerable'",
+            )
+        if kind == "multipage" and len(set(sources)) < 2:
+            raise QuestionFileError(
+                f"{where}: a multipage question needs at least two sources",
+                hint="list every page the answer needs, or use another kind",
             )
         questions.append(Question(qid, text.strip(), str(kind), tuple(s.strip() for s in sources)))
     return questions

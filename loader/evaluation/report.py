@@ -16,7 +16,7 @@ def _retriever_table(retrievers: dict[str, Any], k: int, reranked: str | None) -
     lines = [
         f"{'retriever':<10} {names[0]:>9} {names[1]:>8} {names[2]:>8} {'p50 ms':>8} {'p95 ms':>8}"
     ]
-    for mode in MODES:
+    for mode in [*MODES, *(m for m in retrievers if m not in MODES)]:
         entry = retrievers.get(mode)
         if entry is None:
             continue
@@ -114,6 +114,9 @@ def render(report: dict[str, Any]) -> str:
         lines.append("")
         lines.append(f"held-out questions ({holdout['questions_file']}, {holdout['questions']}):")
         lines += _retriever_table(holdout["retrievers"], k, None)
+        held_kinds = _kind_table(holdout["retrievers"], k)
+        if held_kinds:
+            lines += held_kinds[:-1]
         lines += _abstention_lines(holdout["abstention"])
     calibration = report.get("calibration")
     if calibration:

@@ -23,7 +23,7 @@ import psycopg
 
 from loader.answer.abstention import AbstentionRule, apply_rule, compute_signals
 from loader.evaluation.metrics import mrr_at_k, ndcg_at_k, recall_at_k
-from loader.evaluation.questions import Question, label_ranking
+from loader.evaluation.questions import KINDS, Question, label_ranking
 from loader.search import hit_value
 from loader.settings import Settings
 
@@ -204,7 +204,11 @@ def aggregate(
     """Mean metrics per retriever, overall (answerable queries) and per kind, and latency."""
     names = metric_names(k)
     retrievers: dict[str, Any] = {}
-    kinds = sorted({r.query.kind for r in results if r.query.answerable})
+    order = {kind: index for index, kind in enumerate(KINDS)}
+    kinds = sorted(
+        {r.query.kind for r in results if r.query.answerable},
+        key=lambda kind: (order.get(kind, len(order)), kind),
+    )
     for mode in modes:
         scored = [r for r in results if mode in r.scores]
         overall = {n: round(_mean([r.scores[mode][n] for r in scored]), 4) for n in names}
@@ -246,6 +250,15 @@ def abstention_summary(results: Sequence[QueryResult], rule: AbstentionRule) -> 
     }
 
 
+def relevant_ranks(ranking: Sequence[str], relevant: Mapping[str, int]) -> dict[str, int | None]:
+    """Rank (1-based, within the DEPTH documents ranked) of every relevant document; None when
+    it is not among them. The eval gate compares these per question."""
+    position: dict[str, int] = {}
+    for index, doc in enumerate(ranking, start=1):
+        position.setdefault(doc, index)
+    return {doc: position.get(doc) for doc in sorted(relevant) if relevant[doc] > 0}
+
+
 def per_query(results: Sequence[QueryResult], modes: Sequence[str] = MODES) -> list[dict[str, Any]]:
     rows = []
     for r in results:
@@ -253,6 +266,10 @@ def per_query(results: Sequence[QueryResult], modes: Sequence[str] = MODES) -> l
         row["relevant"] = sorted(r.query.relevant)
         for mode in modes:
             row[mode] = {"top": r.rankings.get(mode, [])[:5], **r.scores.get(mode, {})}
+            if r.query.answerable:
+                row[mode]["ranks"] = relevant_ranks(r.rankings.get(mode, []), r.query.relevant)
+        if r.query.answerable and any(g != 1 for g in r.query.relevant.values()):
+            row["grades"] = dict(r.query.relevant)
         if r.abstain is not None:
             row["abstain"] = r.abstain
             row["reason"] = r.reason
