@@ -89,7 +89,7 @@ class Settings:
     keyword_ranking: Literal["bm25", "ts_rank"] = "bm25"
     """How the keyword leg ranks its matches: ``bm25`` (IDF, length-normalised) or ``ts_rank``."""
 
-    # --- abstention gate (loader/answer/abstention.py) -------------------------------------------------
+    # --- abstention gate (loader/answer/abstention.py) ------------------------------------------
     abstention: bool = True
     """Abstain ("I don't know") before any model call when retrieval signals say so."""
     abstention_rule: str | None = None
