@@ -1,4 +1,4 @@
--- kb.hybrid_search(query_text text, query_embedding vector DEFAULT NULL, match_count integer DEFAULT 5,
+-- kb.hybrid_search(query_text text, query_embedding public.vector DEFAULT NULL, match_count integer DEFAULT 5,
 --                  vector_candidates integer DEFAULT 20, keyword_candidates integer DEFAULT 20,
 --                  rrf_k integer DEFAULT 60, vector_weight double precision DEFAULT 1.0,
 --                  keyword_weight double precision DEFAULT 1.0, filters jsonb DEFAULT '{}',
@@ -24,7 +24,7 @@
 -- on hot standbys. PARALLEL UNSAFE like kb.vector_search (it sets hnsw.ef_search).
 CREATE OR REPLACE FUNCTION kb.hybrid_search(
     query_text text,
-    query_embedding vector DEFAULT NULL,
+    query_embedding public.vector DEFAULT NULL,
     match_count integer DEFAULT 5,
     vector_candidates integer DEFAULT 20,
     keyword_candidates integer DEFAULT 20,
@@ -56,7 +56,7 @@ LANGUAGE plpgsql
 STABLE
 PARALLEL UNSAFE
 SECURITY DEFINER
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF rrf_k IS NULL OR rrf_k < 0 THEN
@@ -101,14 +101,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION kb.hybrid_search(text, vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) IS
+COMMENT ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) IS
 'Hybrid retrieval by Reciprocal Rank Fusion of kb.vector_search and kb.keyword_search: score = vector_weight/(rrf_k + vector_rank) + keyword_weight/(rrf_k + keyword_rank), ranks from 1, a chunk missing from a list adds 0, ties by the better rank then chunk_id. NULL query_embedding = keyword only. Returns both retrievers'' ranks and raw scores.';
 
-REVOKE ALL ON FUNCTION kb.hybrid_search(text, vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) FROM PUBLIC;
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
-        GRANT EXECUTE ON FUNCTION kb.hybrid_search(text, vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) TO kb_reader;
+        GRANT EXECUTE ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) TO kb_reader;
     END IF;
 END
 $$;

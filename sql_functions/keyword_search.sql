@@ -60,7 +60,7 @@ LANGUAGE plpgsql
 STABLE
 PARALLEL SAFE
 SECURITY DEFINER
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     q record;

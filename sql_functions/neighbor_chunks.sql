@@ -19,7 +19,7 @@ LANGUAGE sql
 STABLE
 PARALLEL SAFE
 SECURITY DEFINER
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
     WITH hit AS (
         SELECT c.id, c.document_id, c.chunk_index

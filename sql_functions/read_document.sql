@@ -38,7 +38,7 @@ LANGUAGE sql
 STABLE
 PARALLEL SAFE
 SECURITY DEFINER
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
     WITH doc AS (
         SELECT d.id, d.title, d.source_uri,

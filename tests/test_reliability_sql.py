@@ -1,0 +1,129 @@
+"""Defects 2 and 3 of issue 12: the SQL functions trust nothing outside pg_catalog, and bound
+their own work whatever a caller (kb_reader) passes.
+
+Defect 2: a role that may create objects in schema ``public`` plants exact-type overloads of
+functions the kb functions call (``public.unnest(text[])`` beats ``pg_catalog.unnest(anyarray)``,
+``public.array_length(smallint[], integer)`` beats ``pg_catalog.array_length(anyarray, integer)``).
+Before the fix the kb functions ran with ``search_path = kb, public, pg_temp`` and called the
+plants, as their owner. Now every function pins ``search_path = pg_catalog, pg_temp``.
+
+Defect 3: huge arguments give results, never "integer out of range" or unbounded work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.test_search_sql import D1, Corpus, load_golden, rows
+
+# every planted function records who ran it, then behaves like the real one
+PLANTS = [
+    """
+    CREATE FUNCTION public.unnest(a text[]) RETURNS SETOF text LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_catalog.set_config('pgkb.planted', 'unnest ran as ' || current_user, false);
+        RETURN QUERY SELECT pg_catalog.unnest(a);
+    END $$
+    """,
+    """
+    CREATE FUNCTION public.array_length(a smallint[], d integer) RETURNS integer
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_catalog.set_config('pgkb.planted', 'array_length ran as ' || current_user,
+                                      false);
+        RETURN pg_catalog.array_length(a, d);
+    END $$
+    """,
+    """
+    CREATE FUNCTION public.length(t tsvector) RETURNS integer LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_catalog.set_config('pgkb.planted', 'length ran as ' || current_user, false);
+        RETURN pg_catalog.length(t);
+    END $$
+    """,
+]
+
+CALLS = [
+    "SELECT * FROM kb.hybrid_search('vacuum memory', '[0,0,1]')",
+    "SELECT * FROM kb.hybrid_search('\"work_mem\" -deadlock', NULL)",
+    "SELECT * FROM kb.keyword_search('vacuum memory transaction')",
+    "SELECT * FROM kb.vector_search('[0,0,1]')",
+    "SELECT * FROM kb.search_query('vacuum -memory \"work_mem\"')",
+]
+
+
+@pytest.fixture
+def golden(conn: psycopg.Connection[Any]) -> Corpus:
+    return load_golden(conn)
+
+
+@pytest.fixture
+def planted(conn: psycopg.Connection[Any]) -> None:
+    """An unprivileged role with CREATE on public (the default before PostgreSQL 15) plants."""
+    conn.execute("DROP ROLE IF EXISTS pgkb_planter")
+    conn.execute("CREATE ROLE pgkb_planter NOLOGIN")
+    conn.execute("GRANT CREATE, USAGE ON SCHEMA public TO pgkb_planter")
+    conn.commit()
+    conn.execute("SET ROLE pgkb_planter")
+    for plant in PLANTS:
+        conn.execute(plant)
+    conn.execute("RESET ROLE")
+    conn.commit()
+    # the plants are real: called the way the old search_path resolved them, they win
+    conn.execute("SET search_path = kb, public, pg_temp")
+    conn.execute("SELECT unnest(ARRAY['a']::text[])").fetchall()
+    assert conn.execute("SELECT current_setting('pgkb.planted', true)").fetchone()[0]
+    conn.execute("RESET search_path")
+    conn.execute("SELECT set_config('pgkb.planted', '', false)")
+    conn.commit()
+
+
+def test_planted_public_overloads_never_run_inside_kb_functions(
+    conn: psycopg.Connection[Any], golden: Corpus, planted: None
+) -> None:
+    for role in ("kb_reader", None):
+        if role:
+            conn.execute("SET ROLE kb_reader")
+        for call in CALLS:
+            conn.execute(call).fetchall()
+            ran = conn.execute("SELECT current_setting('pgkb.planted', true)").fetchone()[0]
+            assert not ran, f"{call}: a planted public function ran ({ran})"
+        for call in (
+            "SELECT * FROM kb.neighbor_chunks(%s, 2, 2)",
+            "SELECT * FROM kb.merge_neighbors(%s, 2, 2)",
+        ):
+            conn.execute(call, (golden.ids[1],)).fetchall()
+        conn.execute("SELECT * FROM kb.read_document(%s, token_budget => 1)", (D1,)).fetchall()
+        ran = conn.execute("SELECT current_setting('pgkb.planted', true)").fetchone()[0]
+        assert not ran, f"a planted public function ran ({ran})"
+        conn.rollback()
+    # the maintenance functions and triggers too (they run as the loader)
+    conn.execute("SELECT kb.register_model('other', 3, 'test')")
+    conn.execute("DELETE FROM kb.chunks WHERE id = %s", (golden.ids[0],))
+    ran = conn.execute("SELECT current_setting('pgkb.planted', true)").fetchone()[0]
+    assert not ran, f"a planted public function ran in a trigger ({ran})"
+    conn.rollback()
+
+
+def test_every_kb_function_pins_search_path_to_pg_catalog(conn: psycopg.Connection[Any]) -> None:
+    got = conn.execute(
+        "SELECT p.proname, p.prosecdef, p.proconfig FROM pg_proc p "
+        "WHERE p.pronamespace = 'kb'::regnamespace ORDER BY 1"
+    ).fetchall()
+    assert got
+    for name, _definer, config in got:
+        assert "search_path=pg_catalog, pg_temp" in (config or []), (name, config)
+
+
+def test_search_works_with_an_empty_caller_search_path(
+    conn: psycopg.Connection[Any], golden: Corpus
+) -> None:
+    """Nothing in the functions depends on the caller's search_path (pgvector is qualified)."""
+    conn.execute("SET search_path = pg_catalog")
+    assert rows(
+        conn, "SELECT chunk_id FROM kb.hybrid_search('vacuum', '[0,0,1]'::public.vector, 1)"
+    )
+    assert rows(conn, "SELECT chunk_id FROM kb.vector_search('[0,0,1]'::public.vector, 2)")
