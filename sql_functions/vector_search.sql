@@ -17,7 +17,8 @@
 -- bound parameters, never SQL text. A NULL query_embedding returns no rows. An embedding whose
 -- dimension differs from the model's, an unknown model, or no registered model raises an error
 -- naming both. Reads only (STABLE); PARALLEL UNSAFE because it sets hnsw.ef_search, which
--- PostgreSQL refuses during a parallel query.
+-- PostgreSQL refuses during a parallel query. match_count is clamped to 1,000 and ef_search to
+-- 40..1,000 (larger values act as the maximum).
 CREATE OR REPLACE FUNCTION kb.vector_search(
     query_embedding public.vector,
     match_count integer DEFAULT 20,
@@ -88,9 +89,11 @@ BEGIN
     IF match_count IS NULL OR match_count < 1 THEN
         RETURN;
     END IF;
+    match_count := least(match_count, 1000);  -- the documented maximum
 
     PERFORM set_config('hnsw.ef_search',
-                       least(1000, greatest(40, coalesce(ef_search, 2 * match_count)))::text, true);
+                       least(1000, greatest(40, coalesce(ef_search::bigint, 2::bigint * match_count)))::text,
+                       true);
 
     -- fixed condition texts; the values are bound as $3..$6
     IF f.category IS NOT NULL THEN
@@ -137,7 +140,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.vector_search(public.vector, integer, jsonb, uuid[], double precision, text, integer) IS
-'Vector retriever: nearest chunks by cosine distance through the model''s partial HNSW index with iterative scan (filters still return match_count rows); rank from 1, similarity = 1 - distance; wrong dims/model raise.';
+'Vector retriever: nearest chunks by cosine distance through the model''s partial HNSW index with iterative scan (filters still return match_count rows); rank from 1, similarity = 1 - distance; wrong dims/model raise. Maxima: match_count 1000, ef_search 1000.';
 
 REVOKE ALL ON FUNCTION kb.vector_search(public.vector, integer, jsonb, uuid[], double precision, text, integer) FROM PUBLIC;
 DO $$

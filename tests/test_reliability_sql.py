@@ -12,6 +12,7 @@ Defect 3: huge arguments give results, never "integer out of range" or unbounded
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
@@ -127,3 +128,114 @@ def test_search_works_with_an_empty_caller_search_path(
         conn, "SELECT chunk_id FROM kb.hybrid_search('vacuum', '[0,0,1]'::public.vector, 1)"
     )
     assert rows(conn, "SELECT chunk_id FROM kb.vector_search('[0,0,1]'::public.vector, 2)")
+
+
+# --- defect 3: bounded work --------------------------------------------------------------------
+
+HUGE = 2147483647
+
+
+def test_huge_arguments_give_results_not_errors(
+    conn: psycopg.Connection[Any], golden: Corpus
+) -> None:
+    conn.execute("SET ROLE kb_reader")
+    got = rows(
+        conn,
+        "SELECT chunk_id FROM kb.hybrid_search('vacuum memory', '[0,0,1]', match_count => %s, "
+        "vector_candidates => %s, keyword_candidates => %s, rrf_k => %s)",
+        (HUGE, HUGE, HUGE, HUGE),
+    )
+    assert len(got) == len(golden.ids)
+    got = rows(
+        conn,
+        "SELECT chunk_id FROM kb.vector_search('[0,0,1]', match_count => %s, ef_search => %s)",
+        (HUGE, HUGE),
+    )
+    assert len(got) == len(golden.ids)
+    got = rows(
+        conn,
+        "SELECT chunk_id FROM kb.keyword_search('vacuum memory', %s, max_postings => NULL)",
+        (HUGE,),
+    )
+    assert got
+    got = rows(
+        conn, "SELECT chunk_index FROM kb.neighbor_chunks(%s, %s, %s)", (golden.ids[1], HUGE, HUGE)
+    )
+    assert [r["chunk_index"] for r in got] == [0, 1]
+    got = rows(
+        conn,
+        "SELECT chunk_start, chunk_end FROM kb.merge_neighbors(%s, %s, %s)",
+        (golden.ids[1], HUGE, HUGE),
+    )
+    assert got == [{"chunk_start": 0, "chunk_end": 1}]
+    got = rows(
+        conn, "SELECT status FROM kb.read_document(%s, %s, %s, %s)", (D1, -HUGE - 1, HUGE, HUGE)
+    )
+    assert {r["status"] for r in got} == {"chunks"}
+
+
+def test_merge_neighbors_work_is_bounded_on_a_long_document(conn: psycopg.Connection[Any]) -> None:
+    """before/after are clamped, so a 3,000-chunk document cannot be merged whole."""
+    model_id = conn.execute("SELECT kb.register_model('golden', 3, 'test')").fetchone()[0]
+    assert model_id
+    doc = conn.execute(
+        "INSERT INTO kb.documents (source_uri, title, content_sha) VALUES ('long', 'long', 'x') "
+        "RETURNING id"
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
+        "token_count) SELECT %s, i, '', repeat('word' || i || ' ', 200), 'x', 200 "
+        "FROM generate_series(0, 2999) i",
+        (doc,),
+    )
+    middle = conn.execute(
+        "SELECT id FROM kb.chunks WHERE document_id = %s AND chunk_index = 1500", (doc,)
+    ).fetchone()[0]
+    conn.commit()
+    started = time.monotonic()
+    got = rows(
+        conn,
+        "SELECT chunk_start, chunk_end FROM kb.merge_neighbors(%s, %s, %s)",
+        (middle, HUGE, HUGE),
+    )
+    elapsed = time.monotonic() - started
+    maximum = conn.execute(
+        "SELECT count(*) FROM kb.neighbor_chunks(%s, %s, %s)", (middle, HUGE, HUGE)
+    ).fetchone()[0]
+    assert maximum <= 2 * 50 + 1
+    assert got == [{"chunk_start": 1500 - 50, "chunk_end": 1500 + 50}]
+    assert elapsed < 60  # not a timing test: a guard against the quadratic merge hanging CI
+
+
+def test_maxima_are_stated_in_the_comments(conn: psycopg.Connection[Any]) -> None:
+    for name, words in (
+        ("hybrid_search", ("Maxima", "1000")),
+        ("vector_search", ("Maxima", "1000")),
+        ("keyword_search", ("Maxima", "1000", "100000")),
+        ("neighbor_chunks", ("Maximum", "50")),
+        ("merge_neighbors", ("Maximum", "50")),
+        ("read_document", ("Maximum", "100000")),
+    ):
+        (comment,) = conn.execute(
+            "SELECT obj_description(p.oid, 'pg_proc') FROM pg_proc p "
+            "WHERE p.pronamespace = 'kb'::regnamespace AND p.proname = %s",
+            (name,),
+        ).fetchone()
+        for word in words:
+            assert word in comment, (name, comment)
+
+
+def test_read_document_without_a_budget_is_bounded(conn: psycopg.Connection[Any]) -> None:
+    doc = conn.execute(
+        "INSERT INTO kb.documents (source_uri, title, content_sha) VALUES ('big', 'big', 'x') "
+        "RETURNING id"
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
+        "token_count) SELECT %s, i, 'H', 'text', 'x', 1000 FROM generate_series(0, 149) i",
+        (doc,),
+    )
+    got = rows(conn, "SELECT status, range_tokens FROM kb.read_document(%s)", (doc,))
+    assert {r["status"] for r in got} == {"outline"}  # 150,000 tokens > 100,000
+    got = rows(conn, "SELECT status FROM kb.read_document(%s, 0, 99)", (doc,))
+    assert {r["status"] for r in got} == {"chunks"}

@@ -193,6 +193,9 @@ COMMENT ON FUNCTION kb.embeddings_check_dims() IS
 -- model selects the embedding model (default: the active one); wrong dimension or unknown model
 -- raise. Any query_text returns rows or no rows, never an error. Reads only (STABLE), so it runs
 -- on hot standbys. PARALLEL UNSAFE like kb.vector_search (it sets hnsw.ef_search).
+-- Bounded work whatever the caller passes: match_count, vector_candidates and keyword_candidates
+-- are clamped to 1,000 (larger values act as 1,000); the fusion is computed in double precision,
+-- so rrf_k up to 2,147,483,647 gives scores, never "integer out of range".
 CREATE OR REPLACE FUNCTION kb.hybrid_search(
     query_text text,
     query_embedding public.vector DEFAULT NULL,
@@ -239,6 +242,10 @@ BEGIN
             vector_weight, keyword_weight
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- documented maxima (see COMMENT ON): a caller cannot ask for unbounded work
+    match_count := least(match_count, 1000);
+    vector_candidates := least(vector_candidates, 1000);
+    keyword_candidates := least(keyword_candidates, 1000);
     RETURN QUERY
     WITH v AS (
         SELECT vs.chunk_id, vs.rank, vs.similarity
@@ -252,8 +259,8 @@ BEGIN
     ),
     fused AS (
         SELECT coalesce(v.chunk_id, k.chunk_id) AS id,
-               coalesce(vector_weight / (rrf_k + v.rank), 0)
-                 + coalesce(keyword_weight / (rrf_k + k.rank), 0) AS score,
+               coalesce(vector_weight / (rrf_k::double precision + v.rank), 0)
+                 + coalesce(keyword_weight / (rrf_k::double precision + k.rank), 0) AS score,
                v.rank AS v_rank, v.similarity AS v_sim, k.rank AS k_rank, k.score AS k_score
           FROM v FULL JOIN k ON k.chunk_id = v.chunk_id
     ),
@@ -273,7 +280,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) IS
-'Hybrid retrieval by Reciprocal Rank Fusion of kb.vector_search and kb.keyword_search: score = vector_weight/(rrf_k + vector_rank) + keyword_weight/(rrf_k + keyword_rank), ranks from 1, a chunk missing from a list adds 0, ties by the better rank then chunk_id. NULL query_embedding = keyword only. Returns both retrievers'' ranks and raw scores.';
+'Hybrid retrieval by Reciprocal Rank Fusion of kb.vector_search and kb.keyword_search: score = vector_weight/(rrf_k + vector_rank) + keyword_weight/(rrf_k + keyword_rank), ranks from 1, a chunk missing from a list adds 0, ties by the better rank then chunk_id. NULL query_embedding = keyword only. Returns both retrievers'' ranks and raw scores. Maxima: match_count, vector_candidates and keyword_candidates 1000 (larger values act as 1000); any rrf_k >= 0.';
 
 REVOKE ALL ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) FROM PUBLIC;
 DO $$
@@ -316,7 +323,8 @@ $$;
 -- than max_postings chunks (sum of their df), the most common lexemes (highest df first) stop
 -- generating candidates until the rest fit; they still count in every candidate's score, and
 -- the rarest lexeme always generates. A chunk holding only such common words scores little.
--- NULL = no bound.
+-- max_postings is clamped to 100,000 (NULL or larger values act as 100,000), match_count to
+-- 1,000: a caller cannot ask for unbounded work.
 -- strict_match tells whether the chunk matches the strict query (whatever the ranking did with
 -- it). rank counts from 1. filters: see kb.search_filters (category, metadata, source); document_ids
 -- restricts to those documents. Any query_text returns rows or no rows, never an error; an
@@ -373,6 +381,9 @@ BEGIN
     IF match_count IS NULL OR match_count < 1 THEN
         RETURN;
     END IF;
+    -- documented maxima (see COMMENT ON)
+    match_count := least(match_count, 1000);
+    max_postings := least(coalesce(max_postings, 100000), 100000);
     q := kb.search_query(query_text);
     IF q.any_query IS NULL THEN
         RETURN;
@@ -388,7 +399,7 @@ BEGIN
                    sum(coalesce(ts.df, 0)) OVER (ORDER BY coalesce(ts.df, 0), l.lexeme) AS running
               FROM unnest(q.lexemes) AS l(lexeme)
               LEFT JOIN kb.term_stats ts ON ts.lexeme = l.lexeme) t
-     WHERE max_postings IS NULL OR t.running <= max_postings
+     WHERE t.running <= max_postings
         OR t.running = t.df;  -- the rarest lexeme always generates
     IF candidate_query IS NULL THEN
         candidate_query := q.any_query;
@@ -467,7 +478,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.keyword_search(text, integer, jsonb, uuid[], text, double precision, double precision, double precision, integer) IS
-'Keyword retriever: OR-of-lexemes candidates, strict websearch_to_tsquery matches first, then BM25 (k1, b, IDF from kb.term_stats) or ts_rank; rank from 1, ties by chunk_id. Never errors on any query text.';
+'Keyword retriever: OR-of-lexemes candidates, strict websearch_to_tsquery matches first, then BM25 (k1, b, IDF from kb.term_stats) or ts_rank; rank from 1, ties by chunk_id. Never errors on any query text. Maxima: match_count 1000, max_postings 100000 (NULL means 100000).';
 
 REVOKE ALL ON FUNCTION kb.keyword_search(text, integer, jsonb, uuid[], text, double precision, double precision, double precision, integer) FROM PUBLIC;
 DO $$
@@ -488,6 +499,9 @@ $$;
 -- the chunks are joined by a blank line. chunk_start/chunk_end are the first and last
 -- chunk_index merged, heading_path is the hit's, token_count is the sum over the merged chunks
 -- (an upper bound when they overlap). One row, or none when the chunk does not exist.
+-- before/after are clamped to 50 (kb.neighbor_chunks), and the overlap is looked for in the last
+-- 4,000 characters of the text so far only, from where the chunk's first 20 characters occur:
+-- the work grows linearly with the merged text.
 CREATE OR REPLACE FUNCTION kb.merge_neighbors(chunk_id bigint, before integer DEFAULT 1, after integer DEFAULT 1)
 RETURNS TABLE (
     hit_chunk_id bigint,
@@ -515,20 +529,45 @@ DECLARE
     last_index integer;
     tokens integer := 0;
     doc uuid;
+    tail text;
+    probe text;
+    pos integer;
+    offset_ integer;
 BEGIN
-    FOR part IN SELECT * FROM kb.neighbor_chunks(merge_neighbors.chunk_id, before, after) LOOP
+    FOR part IN SELECT * FROM kb.neighbor_chunks(merge_neighbors.chunk_id, least(before, 50),
+                                                 least(after, 50)) LOOP
         IF merged IS NULL THEN
             merged := part.content;
             first_index := part.chunk_index;
         ELSE
-            -- the longest suffix of the text so far that starts this chunk (at most 4,000 chars)
+            -- the longest suffix of the text so far that starts this chunk (at most 4,000
+            -- chars). Suffixes of 20 chars or more can only start where the chunk's first 20
+            -- chars occur in the tail (found with strpos, leftmost = longest); shorter ones are
+            -- tried one by one.
             overlap := 0;
-            FOR k IN REVERSE least(length(merged), length(part.content), 4000) .. 1 LOOP
-                IF right(merged, k) = left(part.content, k) THEN
-                    overlap := k;
-                    EXIT;
-                END IF;
-            END LOOP;
+            tail := right(merged, least(4000, length(part.content)));
+            probe := left(part.content, 20);
+            IF length(probe) = 20 THEN
+                offset_ := 0;
+                LOOP
+                    pos := strpos(substr(tail, offset_ + 1), probe);
+                    EXIT WHEN pos = 0;
+                    k := length(tail) - offset_ - pos + 1;
+                    IF substr(tail, offset_ + pos) = left(part.content, k) THEN
+                        overlap := k;
+                        EXIT;
+                    END IF;
+                    offset_ := offset_ + pos;
+                END LOOP;
+            END IF;
+            IF overlap = 0 THEN
+                FOR k IN REVERSE least(length(tail), 19) .. 1 LOOP
+                    IF right(tail, k) = left(part.content, k) THEN
+                        overlap := k;
+                        EXIT;
+                    END IF;
+                END LOOP;
+            END IF;
             IF overlap > 0 THEN
                 merged := merged || substr(part.content, overlap + 1);
             ELSE
@@ -554,7 +593,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.merge_neighbors(bigint, integer, integer) IS
-'A hit with its neighbouring chunks merged into one passage (overlap between consecutive chunks removed), with its chunk range, title and source.';
+'A hit with its neighbouring chunks merged into one passage (overlap between consecutive chunks removed), with its chunk range, title and source. Maximum: before and after 50 (larger values act as 50).';
 
 REVOKE ALL ON FUNCTION kb.merge_neighbors(bigint, integer, integer) FROM PUBLIC;
 DO $$
@@ -571,8 +610,9 @@ $$;
 -- The chunk `chunk_id` (is_hit = true) with up to `before` chunks preceding it and up to `after`
 -- chunks following it in the same document, in document order (chunk_index). Neighbours are the
 -- nearest existing chunks, so gaps in chunk_index do not shorten the window. No rows when the
--- chunk does not exist; negative before/after count as 0. For one merged passage see
--- kb.merge_neighbors. Reads only (STABLE).
+-- chunk does not exist; negative before/after count as 0, and more than 50 as 50 (the
+-- documented maximum: at most 101 chunks). For one merged passage see kb.merge_neighbors.
+-- Reads only (STABLE).
 CREATE OR REPLACE FUNCTION kb.neighbor_chunks(chunk_id bigint, before integer DEFAULT 1, after integer DEFAULT 1)
 RETURNS TABLE (
     chunk_id bigint,
@@ -599,12 +639,12 @@ AS $$
         (SELECT p.id FROM hit h JOIN kb.chunks p
              ON p.document_id = h.document_id AND p.chunk_index < h.chunk_index
           ORDER BY p.chunk_index DESC
-          LIMIT greatest(coalesce(neighbor_chunks.before, 0), 0))
+          LIMIT least(greatest(coalesce(neighbor_chunks.before, 0), 0), 50))
         UNION ALL
         (SELECT s.id FROM hit h JOIN kb.chunks s
              ON s.document_id = h.document_id AND s.chunk_index > h.chunk_index
           ORDER BY s.chunk_index
-          LIMIT greatest(coalesce(neighbor_chunks.after, 0), 0))
+          LIMIT least(greatest(coalesce(neighbor_chunks.after, 0), 0), 50))
     )
     SELECT c.id, c.document_id, c.chunk_index, c.heading_path, c.content, c.token_count,
            c.id = neighbor_chunks.chunk_id
@@ -614,7 +654,7 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION kb.neighbor_chunks(bigint, integer, integer) IS
-'The chunk with up to `before` preceding and `after` following chunks of its document, in document order; is_hit marks the chunk itself.';
+'The chunk with up to `before` preceding and `after` following chunks of its document, in document order; is_hit marks the chunk itself. Maximum: before and after 50 (larger values act as 50).';
 
 REVOKE ALL ON FUNCTION kb.neighbor_chunks(bigint, integer, integer) FROM PUBLIC;
 DO $$
@@ -642,6 +682,8 @@ $$;
 --                      and its tokens, so the caller can ask for a range that fits.
 --   status 'empty':    the document exists but has no chunk in the range (one row, no chunk).
 --   status 'not_found': there is no such document (one row, only document_id set).
+-- token_budget is clamped to 100,000 tokens (NULL or larger values act as 100,000): a longer
+-- range comes as its outline, so one call never returns an unbounded amount of text.
 -- Reads only (STABLE).
 CREATE OR REPLACE FUNCTION kb.read_document(
     document_id uuid,
@@ -681,13 +723,14 @@ AS $$
            AND c.chunk_index <= coalesce(read_document.chunk_end, 2147483647)
     ),
     total AS (
-        SELECT count(*) AS n, coalesce(sum(p.token_count), 0)::integer AS tokens FROM part p
+        SELECT count(*) AS n, least(coalesce(sum(p.token_count), 0), 2147483647)::integer AS tokens
+          FROM part p
     ),
     verdict AS (
         SELECT CASE
                    WHEN NOT EXISTS (SELECT 1 FROM doc) THEN 'not_found'
                    WHEN t.n = 0 THEN 'empty'
-                   WHEN read_document.token_budget IS NULL OR t.tokens <= read_document.token_budget
+                   WHEN t.tokens <= least(coalesce(read_document.token_budget, 100000), 100000)
                        THEN 'chunks'
                    ELSE 'outline'
                END AS status,
@@ -723,7 +766,7 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION kb.read_document(uuid, integer, integer, integer) IS
-'Budget-guarded reader: the chunks of a document (or of chunk_start..chunk_end) in order when they fit token_budget (status chunks), otherwise only the outline: headings with chunk ranges and tokens (status outline); also empty, not_found.';
+'Budget-guarded reader: the chunks of a document (or of chunk_start..chunk_end) in order when they fit token_budget (status chunks), otherwise only the outline: headings with chunk ranges and tokens (status outline); also empty, not_found. Maximum: token_budget 100000 (NULL or larger values act as 100000).';
 
 REVOKE ALL ON FUNCTION kb.read_document(uuid, integer, integer, integer) FROM PUBLIC;
 DO $$
@@ -955,7 +998,8 @@ COMMENT ON FUNCTION kb.search_query(text) IS
 -- bound parameters, never SQL text. A NULL query_embedding returns no rows. An embedding whose
 -- dimension differs from the model's, an unknown model, or no registered model raises an error
 -- naming both. Reads only (STABLE); PARALLEL UNSAFE because it sets hnsw.ef_search, which
--- PostgreSQL refuses during a parallel query.
+-- PostgreSQL refuses during a parallel query. match_count is clamped to 1,000 and ef_search to
+-- 40..1,000 (larger values act as the maximum).
 CREATE OR REPLACE FUNCTION kb.vector_search(
     query_embedding public.vector,
     match_count integer DEFAULT 20,
@@ -1026,9 +1070,11 @@ BEGIN
     IF match_count IS NULL OR match_count < 1 THEN
         RETURN;
     END IF;
+    match_count := least(match_count, 1000);  -- the documented maximum
 
     PERFORM set_config('hnsw.ef_search',
-                       least(1000, greatest(40, coalesce(ef_search, 2 * match_count)))::text, true);
+                       least(1000, greatest(40, coalesce(ef_search::bigint, 2::bigint * match_count)))::text,
+                       true);
 
     -- fixed condition texts; the values are bound as $3..$6
     IF f.category IS NOT NULL THEN
@@ -1075,7 +1121,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.vector_search(public.vector, integer, jsonb, uuid[], double precision, text, integer) IS
-'Vector retriever: nearest chunks by cosine distance through the model''s partial HNSW index with iterative scan (filters still return match_count rows); rank from 1, similarity = 1 - distance; wrong dims/model raise.';
+'Vector retriever: nearest chunks by cosine distance through the model''s partial HNSW index with iterative scan (filters still return match_count rows); rank from 1, similarity = 1 - distance; wrong dims/model raise. Maxima: match_count 1000, ef_search 1000.';
 
 REVOKE ALL ON FUNCTION kb.vector_search(public.vector, integer, jsonb, uuid[], double precision, text, integer) FROM PUBLIC;
 DO $$
