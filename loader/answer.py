@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import psycopg
 
 from loader.errors import ConfigError, PgkbError
+from loader.safety import redact
 from loader.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -419,7 +420,7 @@ class ChatClient:
                 )
             api_key = "not-needed"  # local servers ignore it; the client requires one
         self.model = settings.chat_model
-        self.base_url = settings.chat_base_url or "https://api.openai.com/v1"
+        self.base_url = redact(settings.chat_base_url or "https://api.openai.com/v1")  # shown
         self.timeout = settings.chat_timeout
         self._client = openai.OpenAI(
             api_key=api_key,

@@ -276,10 +276,13 @@ class OpenAIEmbedder:
         if self._client is None:
             import openai
 
+            from loader.safety import api_key_for
+
             self._client = openai.OpenAI(
                 base_url=self.base_url,
-                # local servers (Ollama, vLLM) ignore the key, the client insists on one
-                api_key=self._api_key or os.environ.get("OPENAI_API_KEY") or "unused",
+                # OPENAI_API_KEY goes to OpenAI's API only, never to another base_url; local
+                # servers (Ollama, vLLM) ignore the key, the client insists on one
+                api_key=api_key_for(self.base_url, self._api_key, os.environ) or "unused",
                 timeout=self.timeout,
                 max_retries=0,  # retried here, with backoff and Retry-After
             )
@@ -314,7 +317,9 @@ class OpenAIEmbedder:
         return self._request([text])[0]
 
     def _where(self) -> str:
-        return f"{self.name} at {self.base_url or 'the OpenAI API'}"
+        from loader.safety import redact
+
+        return f"{self.name} at {redact(self.base_url or 'the OpenAI API')}"
 
     def _retry_delay(self, attempt: int, exc: Exception) -> float:
         response = getattr(exc, "response", None)
