@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from loader.chunking import Chunk, Chunker
 from loader.embedding import Embedder, ensure_model, get_embedder
 from loader.errors import ConfigError, DatabaseError, PgkbError
@@ -143,6 +145,24 @@ def _memory_sha(doc: SourceDocument) -> str:
 
 # --- the writer ---------------------------------------------------------------------------------
 
+_PER_DOCUMENT_ERRORS: tuple[type[Exception], ...] = (
+    psycopg.DataError,  # NUL characters, bad encodings, values out of range
+    psycopg.IntegrityError,
+    psycopg.errors.ProgramLimitExceeded,  # e.g. a tsvector or row beyond PostgreSQL's limits
+)
+"""Errors the database raises about one document's values (not about the connection)."""
+
+
+def database_refusal(exc: Exception) -> str:
+    """A per-document failure reason from a database error: its message and detail."""
+    diag = getattr(exc, "diag", None)
+    primary = (diag.message_primary if diag else None) or str(exc).strip().splitlines()[0]
+    detail = diag.message_detail if diag else None
+    reason = "the database refused it: " + primary + (f" ({detail})" if detail else "")
+    if "0x00" in reason or "\\u0000" in reason or "NUL" in reason:
+        reason += "; it holds a NUL character, which PostgreSQL text cannot store"
+    return reason
+
 
 class _Writer:
     """Embeds prepared documents in shared batches and writes each in its own transaction."""
@@ -224,7 +244,12 @@ class _Writer:
                 self.progress("embedded", {"count": len(missing)})
         with self.report.phase("write"):
             for prepared in batch:
-                self._write(prepared, vectors)
+                try:
+                    self._write(prepared, vectors)
+                except _PER_DOCUMENT_ERRORS as exc:
+                    # its transaction rolled back: the stored version (if any) stays, and the
+                    # run goes on with the other documents
+                    self.report.fail(prepared.source_uri, database_refusal(exc))
 
     def _write(self, prepared: _Prepared, vectors: dict[str, Any]) -> None:
         conn = self.conn
@@ -449,6 +474,18 @@ class _Scan:
     files: list[Path] = dataclasses.field(default_factory=list)
     roots: list[Path] = dataclasses.field(default_factory=list)
     failures: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    unreadable: list[Path] = dataclasses.field(default_factory=list)
+    """Folders that could not be listed: prune keeps every document under them."""
+
+
+def shown_path(path: str) -> str:
+    """A path as text that can be printed and stored: bytes that are not UTF-8 (kept by Python
+    as surrogates) are shown as \\xNN escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
 
 
 def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> _Scan:
@@ -461,7 +498,7 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> _Scan:
     scan = _Scan()
     seen: set[Path] = set()
 
-    def add(path: Path) -> None:
+    def add(path: Path, root: Path | None = None) -> None:
         try:
             real = path.resolve(strict=True)
         except RuntimeError:
@@ -474,6 +511,26 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> _Scan:
                 scan.failures.append((str(path.absolute()), "broken symbolic link"))
             else:
                 scan.failures.append((str(path.absolute()), f"cannot read: {exc.strerror}"))
+            return
+        try:
+            str(real).encode("utf-8")
+        except UnicodeEncodeError:
+            scan.failures.append(
+                (
+                    str(path.absolute()),
+                    "the file name is not valid UTF-8, which PostgreSQL cannot store; rename the "
+                    "file (e.g. convmv -f latin1 -t utf8 --notest NAME)",
+                )
+            )
+            return
+        if root is not None and not _inside(real, root):
+            scan.failures.append(
+                (
+                    str(path.absolute()),
+                    f"symbolic link to {real}, outside the folder {root}: not ingested "
+                    "(give that path to ingest it)",
+                )
+            )
             return
         if real not in seen:
             seen.add(real)
@@ -508,12 +565,26 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> _Scan:
 
         def on_error(exc: OSError) -> None:
             scan.failures.append((str(exc.filename), f"cannot read folder: {exc.strerror}"))
+            if exc.filename is not None:
+                scan.unreadable.append(Path(os.fsdecode(exc.filename)))
 
         for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=on_error):
             try:
                 st = os.stat(dirpath)
             except OSError as exc:
                 scan.failures.append((dirpath, f"cannot read folder: {exc.strerror}"))
+                scan.unreadable.append(Path(dirpath))
+                dirnames[:] = []
+                continue
+            real_dir = Path(os.path.realpath(dirpath))
+            if not _inside(real_dir, root):
+                scan.failures.append(
+                    (
+                        dirpath,
+                        f"symbolic link to the folder {real_dir}, outside the folder {root}: "
+                        "not followed (give that path to ingest it)",
+                    )
+                )
                 dirnames[:] = []
                 continue
             key = (st.st_dev, st.st_ino)
@@ -528,7 +599,7 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> _Scan:
             for name in sorted(filenames):
                 if name.startswith(".") or mime_type(name) is None:
                     continue
-                add(Path(dirpath) / name)
+                add(Path(dirpath) / name, root)
     scan.files.sort()
     return scan
 
@@ -564,6 +635,28 @@ def _read_file(path: Path, max_bytes: int) -> bytes:
     return data
 
 
+def extract_bounded(data: bytes, path: Path, mime: str | None, settings: Settings) -> Any:
+    """:func:`extract` within ``settings.extract_timeout`` seconds, refusing a text larger than
+    ``settings.max_text_mb`` million characters: one pathological file cannot hold the ingest
+    lock for long or fill the memory."""
+    from loader.safety import call_with_timeout
+
+    try:
+        extracted = call_with_timeout(lambda: extract(data, path, mime), settings.extract_timeout)
+    except TimeoutError:
+        raise ExtractionError(
+            f"extraction took longer than {settings.extract_timeout:g} s (extract_timeout); "
+            "raise PGKB_EXTRACT_TIMEOUT to ingest it"
+        ) from None
+    size = sum(len(s.text) for s in extracted.sections)
+    if size > settings.max_text_mb * 1_000_000:
+        raise ExtractionError(
+            f"extracted text too large ({size / 1e6:.1f} million characters, the limit is "
+            f"{settings.max_text_mb:g} million, max_text_mb); raise PGKB_MAX_TEXT_MB to ingest it"
+        )
+    return extracted
+
+
 def _file_metadata(path: Path, data: bytes, mime: str | None) -> dict[str, Any]:
     try:
         mtime = os.stat(path).st_mtime
@@ -588,6 +681,7 @@ def ingest_paths(
     wait: bool = True,
     progress: ProgressCallback | None = None,
     embedder: Embedder | None = None,
+    force: bool = False,
 ) -> IngestReport:
     """Ingest files and folders (recursively) into the configured database.
 
@@ -610,7 +704,7 @@ def ingest_paths(
         model_id, chunker = _prepare_model(conn, embedder, settings)
         fingerprint = chunker.fingerprint()
         for source, reason in scan.failures:
-            report.fail(source, reason)
+            report.fail(shown_path(source), reason)
         report.files_seen = len(scan.files) + len(scan.failures)
         if progress:
             progress("scanned", {"files": [str(f) for f in scan.files]})
@@ -621,7 +715,7 @@ def ingest_paths(
                 source = str(path)
                 prepared = _prepare_file(
                     path, source, stored, fingerprint, chunker, category, meta, max_bytes,
-                    report,
+                    report, settings,
                 )  # fmt: skip
                 if progress:
                     status = "unchanged" if prepared is None else "parsed"
@@ -636,7 +730,9 @@ def ingest_paths(
             log.error("run stopped: %s", exc)
         if prune and not report.aborted:
             with report.phase("prune"):
-                report.pruned = _prune(conn, scan)
+                report.pruned = prune_missing(
+                    conn, scan, report, max_fraction=settings.prune_max_fraction, force=force
+                )
         _analyze(conn, report)
     report.seconds["total"] = time.perf_counter() - started
     return report
@@ -652,6 +748,7 @@ def _prepare_file(
     meta: dict[str, str],
     max_bytes: int,
     report: IngestReport,
+    settings: Settings,
 ) -> _Prepared | None:
     """Read, hash, and (if changed) parse and chunk one file; None when unchanged or failed."""
     try:
@@ -664,7 +761,7 @@ def _prepare_file(
             return None
         mime = mime_type(path)
         with report.phase("extract"):
-            extracted = extract(data, path, mime)
+            extracted = extract_bounded(data, path, mime, settings)
         with report.phase("chunk"):
             title = extracted.title or path.stem
             chunks = chunker.chunk(title, extracted.sections)
@@ -686,20 +783,62 @@ def _like_prefix(root: Path) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def _prune(conn: Any, scan: _Scan) -> int:
-    """Delete documents under the scanned folders whose files no longer exist."""
+def _is_gone(uri: str) -> bool:
+    """True only when the file is certainly gone (``FileNotFoundError``). A permission error, an
+    I/O error, a symlink loop or anything else that stops ``lstat`` keeps the document."""
+    try:
+        os.lstat(uri)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        log.warning("not pruned (cannot tell whether it still exists): %s: %s", uri, exc)
+        return False
+    return False
+
+
+def _under(uri: str, folder: Path) -> bool:
+    return uri.startswith(str(folder).rstrip("/") + "/")
+
+
+def prune_missing(
+    conn: Any,
+    scan: _Scan,
+    report: IngestReport,
+    *,
+    max_fraction: float = 0.5,
+    force: bool = False,
+) -> int:
+    """Delete documents under the scanned folders whose files no longer exist.
+
+    Only a file that is certainly gone counts (see :func:`_is_gone`); documents under a folder
+    that could not be listed are kept. When the deletion would remove more than
+    ``max_fraction`` of the documents under the scanned folders (an unmounted disk, a wrong
+    path), nothing is deleted and the run reports a failure, unless ``force``.
+    """
     present = {str(f) for f in scan.files}
     doomed: list[str] = []
+    total = 0
     for root in scan.roots:
         rows = conn.execute(
             "SELECT source_uri FROM kb.documents WHERE source_uri LIKE %s",
             (_like_prefix(root),),
         ).fetchall()
+        total += len(rows)
         for (uri,) in rows:
-            if uri not in present and not os.path.lexists(uri):
+            if uri in present or any(_under(uri, folder) for folder in scan.unreadable):
+                continue
+            if _is_gone(uri):
                 doomed.append(uri)
     conn.commit()
     if not doomed:
+        return 0
+    if not force and len(doomed) > max_fraction * total:
+        report.fail(
+            ", ".join(str(r) for r in scan.roots),
+            f"prune refused: it would delete {len(doomed)} of the {total} documents under the "
+            f"given folders (more than prune_max_fraction = {max_fraction:g}); check that the "
+            "folder is mounted and complete, then run again with --force to delete them",
+        )
         return 0
     with conn.transaction():
         conn.execute("DELETE FROM kb.documents WHERE source_uri = ANY(%s)", (doomed,))
