@@ -255,3 +255,58 @@ def test_a_statement_timeout_mid_write_leaves_no_partial_document(
     report = ingest_paths(settings, [root])
     assert report.changed == 3 and report.exit_code == 0
     _check_whole(conn)
+
+
+def test_a_server_restart_mid_run_is_reported_and_the_next_run_completes(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """On a server of its own (the shared test server must stay up): stopped and started again
+    while ``pgkb ingest`` writes. The run exits 2 with a one-line error, no traceback; every
+    document committed before is whole; the next run completes."""
+    import shutil
+    import tempfile
+
+    from loader.embedded import ensure_server, stop_server
+    from tests.conftest import migrate
+
+    top = Path(tempfile.mkdtemp(prefix="pgkb-restart-test-"))
+    pgdata = top / "pgdata"
+    try:
+        url = ensure_server(pgdata)
+        migrate(url)
+        root = tmp_path / "docs"
+        root.mkdir()
+        for i in range(20):
+            _write(root, i, 1)
+        _slow_embeddings(fake_openai, 0.15)
+        settings = _settings(url, tmp_path, fake_openai)
+        env = {**os.environ, **_env(settings), "PGKB_EMBEDDING_BATCH_SIZE": "2"}
+        log = tmp_path / "ingest.log"
+        process = _start(root, env, log)
+        with psycopg.connect(url) as watcher:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and process.poll() is None:
+                row = watcher.execute("SELECT count(*) FROM kb.documents").fetchone()
+                watcher.rollback()
+                if row and row[0] >= 2:
+                    break
+                time.sleep(0.02)
+        assert process.poll() is None, log.read_text()
+        stop_server(pgdata)
+        url = ensure_server(pgdata)
+        assert process.wait(timeout=180) == 2, log.read_text()
+        output = log.read_text()
+        assert "Error:" in output and "Traceback" not in output, output
+        with psycopg.connect(url) as conn:
+            _check_whole(conn)
+            assert _orphans(conn) == (0, 0)
+            fake_openai.script("/v1/embeddings")
+            report = ingest_paths(settings.replace(database_url=url), [root])
+            assert report.exit_code == 0
+            assert report.new + report.unchanged == 20
+            _check_whole(conn)
+            assert _orphans(conn) == (0, 0)
+    finally:
+        if (pgdata / "postmaster.pid").exists():
+            stop_server(pgdata)
+        shutil.rmtree(top, ignore_errors=True)
