@@ -239,3 +239,37 @@ def test_read_document_without_a_budget_is_bounded(conn: psycopg.Connection[Any]
     assert {r["status"] for r in got} == {"outline"}  # 150,000 tokens > 100,000
     got = rows(conn, "SELECT status FROM kb.read_document(%s, 0, 99)", (doc,))
     assert {r["status"] for r in got} == {"chunks"}
+
+
+# --- least privilege --------------------------------------------------------------------------
+
+
+def test_kb_reader_cannot_write_maintain_or_escalate(
+    conn: psycopg.Connection[Any], golden: Corpus
+) -> None:
+    conn.execute("SET ROLE kb_reader")
+    conn.commit()
+    for statement in (
+        "SELECT kb.register_model('evil', 3, 'x')",
+        "SELECT kb.activate_model('golden', 3)",
+        "UPDATE kb.embedding_models SET is_active = false",
+        "DELETE FROM kb.term_stats",
+        "TRUNCATE kb.chunks",
+        "CREATE TABLE kb.planted (x int)",
+        "CREATE FUNCTION kb.search_query(x int) RETURNS int LANGUAGE sql AS 'SELECT 1'",
+        "ALTER FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, "
+        "integer, double precision, double precision, jsonb, uuid[], double precision, text, "
+        "text) SET search_path = public",
+        "SELECT * FROM kb.settings",
+    ):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(statement)
+        conn.rollback()
+    # the definer functions return search results only, whatever the arguments try
+    got = rows(
+        conn,
+        "SELECT content FROM kb.hybrid_search('x''); DELETE FROM kb.chunks; --', NULL)",
+    )
+    assert got == []
+    conn.execute("RESET ROLE")
+    assert conn.execute("SELECT count(*) FROM kb.chunks").fetchone() == (len(golden.ids),)
