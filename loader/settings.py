@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import tomllib
 import types
 import typing
@@ -76,6 +77,14 @@ class Settings:
     # --- ingestion ----------------------------------------------------------------------------
     max_file_mb: float = 50.0
     """Files larger than this (in MB) are reported as failed, not read."""
+    max_text_mb: float = 20.0
+    """Files whose extracted text exceeds this (in millions of characters) are reported as failed
+    (a small compressed PDF can hold a huge text)."""
+    extract_timeout: float = 120.0
+    """Seconds the extraction of one file may take; a slower file is reported as failed."""
+    prune_max_fraction: float = 0.5
+    """``ingest --prune`` refuses (without ``--force``) to delete more than this share of the
+    documents under the given folders: an unmounted disk looks like deleted files."""
 
     # --- retrieval ----------------------------------------------------------------------------
     vector_candidates: int = 20
@@ -153,6 +162,14 @@ class Settings:
             problems.append(f"embedding_timeout must be positive, got {self.embedding_timeout}")
         if self.max_file_mb <= 0:
             problems.append(f"max_file_mb must be positive, got {self.max_file_mb}")
+        if self.max_text_mb <= 0:
+            problems.append(f"max_text_mb must be positive, got {self.max_text_mb}")
+        if self.extract_timeout <= 0:
+            problems.append(f"extract_timeout must be positive, got {self.extract_timeout}")
+        if not 0 <= self.prune_max_fraction <= 1:
+            problems.append(
+                f"prune_max_fraction must be between 0 and 1, got {self.prune_max_fraction}"
+            )
         if self.embedding_provider not in ("local", "openai"):
             problems.append(
                 f"embedding_provider must be 'local' or 'openai', got {self.embedding_provider!r}"
@@ -230,6 +247,30 @@ def _find_config_file(
     return None
 
 
+URL_SETTINGS = ("database_url", "embedding_base_url", "chat_base_url")
+"""Settings that decide where pgkb connects (and so where data and keys go)."""
+
+
+def _name_working_directory_config(
+    path: Path,
+    data: Mapping[str, Any],
+    explicit: str | os.PathLike[str] | None,
+    env: Mapping[str, str],
+) -> None:
+    """A ``./pgkb.toml`` found by looking in the working directory (not named by --config or
+    PGKB_CONFIG) that sets a URL is named on stderr: whoever can write a file in a directory
+    could otherwise redirect the database or an API (and the keys from the environment)."""
+    if explicit or env.get("PGKB_CONFIG") or path != Path.cwd() / CONFIG_FILE_NAME:
+        return
+    urls = [key for key in URL_SETTINGS if key in data]
+    if urls:
+        print(
+            f"pgkb: using {path} (a config file in the working directory), which sets "
+            f"{', '.join(urls)}",
+            file=sys.stderr,
+        )
+
+
 def load_settings(
     config_file: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
@@ -254,6 +295,7 @@ def load_settings(
             )
         for key, raw in data.items():
             values[key] = _coerce(key, raw, f"config file {path}")
+        _name_working_directory_config(path, data, config_file, env)
 
     for name in names:
         env_name = ENV_PREFIX + name.upper()

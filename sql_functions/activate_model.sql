@@ -7,7 +7,7 @@
 CREATE OR REPLACE FUNCTION kb.activate_model(model_name text, model_dims integer)
 RETURNS integer
 LANGUAGE plpgsql
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     target integer;

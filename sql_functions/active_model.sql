@@ -7,7 +7,7 @@ RETURNS TABLE (id integer, name text, dims integer, provider text)
 LANGUAGE sql
 STABLE
 PARALLEL SAFE
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT m.id, m.name, m.dims, m.provider
       FROM kb.embedding_models m

@@ -11,7 +11,7 @@
 CREATE OR REPLACE FUNCTION kb.chunks_maintain_stats()
 RETURNS trigger
 LANGUAGE plpgsql
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     delta_count  bigint := 0;

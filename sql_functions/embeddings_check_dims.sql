@@ -6,7 +6,7 @@
 CREATE OR REPLACE FUNCTION kb.embeddings_check_dims()
 RETURNS trigger
 LANGUAGE plpgsql
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     expected integer;
@@ -15,9 +15,9 @@ BEGIN
     SELECT m.dims, m.name INTO expected, model_name
       FROM kb.embedding_models m
      WHERE m.id = NEW.model_id;
-    IF expected IS NOT NULL AND vector_dims(NEW.embedding) <> expected THEN
+    IF expected IS NOT NULL AND public.vector_dims(NEW.embedding) <> expected THEN
         RAISE EXCEPTION 'embedding for chunk % has % dimensions, but model % (id %) has %',
-            NEW.chunk_id, vector_dims(NEW.embedding), model_name, NEW.model_id, expected
+            NEW.chunk_id, public.vector_dims(NEW.embedding), model_name, NEW.model_id, expected
             USING ERRCODE = 'data_exception',
                   HINT = 'embed with the registered model, or register the new model first';
     END IF;

@@ -1,4 +1,4 @@
--- kb.hybrid_search(query_text text, query_embedding vector DEFAULT NULL, match_count integer DEFAULT 5,
+-- kb.hybrid_search(query_text text, query_embedding public.vector DEFAULT NULL, match_count integer DEFAULT 5,
 --                  vector_candidates integer DEFAULT 20, keyword_candidates integer DEFAULT 20,
 --                  rrf_k integer DEFAULT 60, vector_weight double precision DEFAULT 1.0,
 --                  keyword_weight double precision DEFAULT 1.0, filters jsonb DEFAULT '{}',
@@ -22,9 +22,12 @@
 -- model selects the embedding model (default: the active one); wrong dimension or unknown model
 -- raise. Any query_text returns rows or no rows, never an error. Reads only (STABLE), so it runs
 -- on hot standbys. PARALLEL UNSAFE like kb.vector_search (it sets hnsw.ef_search).
+-- Bounded work whatever the caller passes: match_count, vector_candidates and keyword_candidates
+-- are clamped to 1,000 (larger values act as 1,000); the fusion is computed in double precision,
+-- so rrf_k up to 2,147,483,647 gives scores, never "integer out of range".
 CREATE OR REPLACE FUNCTION kb.hybrid_search(
     query_text text,
-    query_embedding vector DEFAULT NULL,
+    query_embedding public.vector DEFAULT NULL,
     match_count integer DEFAULT 5,
     vector_candidates integer DEFAULT 20,
     keyword_candidates integer DEFAULT 20,
@@ -56,7 +59,7 @@ LANGUAGE plpgsql
 STABLE
 PARALLEL UNSAFE
 SECURITY DEFINER
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF rrf_k IS NULL OR rrf_k < 0 THEN
@@ -68,6 +71,10 @@ BEGIN
             vector_weight, keyword_weight
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- documented maxima (see COMMENT ON): a caller cannot ask for unbounded work
+    match_count := least(match_count, 1000);
+    vector_candidates := least(vector_candidates, 1000);
+    keyword_candidates := least(keyword_candidates, 1000);
     RETURN QUERY
     WITH v AS (
         SELECT vs.chunk_id, vs.rank, vs.similarity
@@ -81,8 +88,8 @@ BEGIN
     ),
     fused AS (
         SELECT coalesce(v.chunk_id, k.chunk_id) AS id,
-               coalesce(vector_weight / (rrf_k + v.rank), 0)
-                 + coalesce(keyword_weight / (rrf_k + k.rank), 0) AS score,
+               coalesce(vector_weight / (rrf_k::double precision + v.rank), 0)
+                 + coalesce(keyword_weight / (rrf_k::double precision + k.rank), 0) AS score,
                v.rank AS v_rank, v.similarity AS v_sim, k.rank AS k_rank, k.score AS k_score
           FROM v FULL JOIN k ON k.chunk_id = v.chunk_id
     ),
@@ -101,14 +108,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION kb.hybrid_search(text, vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) IS
-'Hybrid retrieval by Reciprocal Rank Fusion of kb.vector_search and kb.keyword_search: score = vector_weight/(rrf_k + vector_rank) + keyword_weight/(rrf_k + keyword_rank), ranks from 1, a chunk missing from a list adds 0, ties by the better rank then chunk_id. NULL query_embedding = keyword only. Returns both retrievers'' ranks and raw scores.';
+COMMENT ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) IS
+'Hybrid retrieval by Reciprocal Rank Fusion of kb.vector_search and kb.keyword_search: score = vector_weight/(rrf_k + vector_rank) + keyword_weight/(rrf_k + keyword_rank), ranks from 1, a chunk missing from a list adds 0, ties by the better rank then chunk_id. NULL query_embedding = keyword only. Returns both retrievers'' ranks and raw scores. Maxima: match_count, vector_candidates and keyword_candidates 1000 (larger values act as 1000); any rrf_k >= 0.';
 
-REVOKE ALL ON FUNCTION kb.hybrid_search(text, vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) FROM PUBLIC;
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
-        GRANT EXECUTE ON FUNCTION kb.hybrid_search(text, vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) TO kb_reader;
+        GRANT EXECUTE ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) TO kb_reader;
     END IF;
 END
 $$;

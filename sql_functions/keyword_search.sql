@@ -29,7 +29,8 @@
 -- than max_postings chunks (sum of their df), the most common lexemes (highest df first) stop
 -- generating candidates until the rest fit; they still count in every candidate's score, and
 -- the rarest lexeme always generates. A chunk holding only such common words scores little.
--- NULL = no bound.
+-- max_postings is clamped to 100,000 (NULL or larger values act as 100,000), match_count to
+-- 1,000: a caller cannot ask for unbounded work.
 -- strict_match tells whether the chunk matches the strict query (whatever the ranking did with
 -- it). rank counts from 1. filters: see kb.search_filters (category, metadata, source); document_ids
 -- restricts to those documents. Any query_text returns rows or no rows, never an error; an
@@ -59,7 +60,7 @@ LANGUAGE plpgsql
 STABLE
 PARALLEL SAFE
 SECURITY DEFINER
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     q record;
@@ -86,6 +87,9 @@ BEGIN
     IF match_count IS NULL OR match_count < 1 THEN
         RETURN;
     END IF;
+    -- documented maxima (see COMMENT ON)
+    match_count := least(match_count, 1000);
+    max_postings := least(coalesce(max_postings, 100000), 100000);
     q := kb.search_query(query_text);
     IF q.any_query IS NULL THEN
         RETURN;
@@ -101,7 +105,7 @@ BEGIN
                    sum(coalesce(ts.df, 0)) OVER (ORDER BY coalesce(ts.df, 0), l.lexeme) AS running
               FROM unnest(q.lexemes) AS l(lexeme)
               LEFT JOIN kb.term_stats ts ON ts.lexeme = l.lexeme) t
-     WHERE max_postings IS NULL OR t.running <= max_postings
+     WHERE t.running <= max_postings
         OR t.running = t.df;  -- the rarest lexeme always generates
     IF candidate_query IS NULL THEN
         candidate_query := q.any_query;
@@ -180,7 +184,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.keyword_search(text, integer, jsonb, uuid[], text, double precision, double precision, double precision, integer) IS
-'Keyword retriever: OR-of-lexemes candidates, strict websearch_to_tsquery matches first, then BM25 (k1, b, IDF from kb.term_stats) or ts_rank; rank from 1, ties by chunk_id. Never errors on any query text.';
+'Keyword retriever: OR-of-lexemes candidates, strict websearch_to_tsquery matches first, then BM25 (k1, b, IDF from kb.term_stats) or ts_rank; rank from 1, ties by chunk_id. Never errors on any query text. Maxima: match_count 1000, max_postings 100000 (NULL means 100000).';
 
 REVOKE ALL ON FUNCTION kb.keyword_search(text, integer, jsonb, uuid[], text, double precision, double precision, double precision, integer) FROM PUBLIC;
 DO $$

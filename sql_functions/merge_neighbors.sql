@@ -8,6 +8,9 @@
 -- the chunks are joined by a blank line. chunk_start/chunk_end are the first and last
 -- chunk_index merged, heading_path is the hit's, token_count is the sum over the merged chunks
 -- (an upper bound when they overlap). One row, or none when the chunk does not exist.
+-- before/after are clamped to 50 (kb.neighbor_chunks), and the overlap is looked for in the last
+-- 4,000 characters of the text so far only, from where the chunk's first 20 characters occur:
+-- the work grows linearly with the merged text.
 CREATE OR REPLACE FUNCTION kb.merge_neighbors(chunk_id bigint, before integer DEFAULT 1, after integer DEFAULT 1)
 RETURNS TABLE (
     hit_chunk_id bigint,
@@ -23,7 +26,7 @@ LANGUAGE plpgsql
 STABLE
 PARALLEL SAFE
 SECURITY DEFINER
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     part record;
@@ -35,20 +38,45 @@ DECLARE
     last_index integer;
     tokens integer := 0;
     doc uuid;
+    tail text;
+    probe text;
+    pos integer;
+    offset_ integer;
 BEGIN
-    FOR part IN SELECT * FROM kb.neighbor_chunks(merge_neighbors.chunk_id, before, after) LOOP
+    FOR part IN SELECT * FROM kb.neighbor_chunks(merge_neighbors.chunk_id, least(before, 50),
+                                                 least(after, 50)) LOOP
         IF merged IS NULL THEN
             merged := part.content;
             first_index := part.chunk_index;
         ELSE
-            -- the longest suffix of the text so far that starts this chunk (at most 4,000 chars)
+            -- the longest suffix of the text so far that starts this chunk (at most 4,000
+            -- chars). Suffixes of 20 chars or more can only start where the chunk's first 20
+            -- chars occur in the tail (found with strpos, leftmost = longest); shorter ones are
+            -- tried one by one.
             overlap := 0;
-            FOR k IN REVERSE least(length(merged), length(part.content), 4000) .. 1 LOOP
-                IF right(merged, k) = left(part.content, k) THEN
-                    overlap := k;
-                    EXIT;
-                END IF;
-            END LOOP;
+            tail := right(merged, least(4000, length(part.content)));
+            probe := left(part.content, 20);
+            IF length(probe) = 20 THEN
+                offset_ := 0;
+                LOOP
+                    pos := strpos(substr(tail, offset_ + 1), probe);
+                    EXIT WHEN pos = 0;
+                    k := length(tail) - offset_ - pos + 1;
+                    IF substr(tail, offset_ + pos) = left(part.content, k) THEN
+                        overlap := k;
+                        EXIT;
+                    END IF;
+                    offset_ := offset_ + pos;
+                END LOOP;
+            END IF;
+            IF overlap = 0 THEN
+                FOR k IN REVERSE least(length(tail), 19) .. 1 LOOP
+                    IF right(tail, k) = left(part.content, k) THEN
+                        overlap := k;
+                        EXIT;
+                    END IF;
+                END LOOP;
+            END IF;
             IF overlap > 0 THEN
                 merged := merged || substr(part.content, overlap + 1);
             ELSE
@@ -74,7 +102,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.merge_neighbors(bigint, integer, integer) IS
-'A hit with its neighbouring chunks merged into one passage (overlap between consecutive chunks removed), with its chunk range, title and source.';
+'A hit with its neighbouring chunks merged into one passage (overlap between consecutive chunks removed), with its chunk range, title and source. Maximum: before and after 50 (larger values act as 50).';
 
 REVOKE ALL ON FUNCTION kb.merge_neighbors(bigint, integer, integer) FROM PUBLIC;
 DO $$

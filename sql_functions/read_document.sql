@@ -15,6 +15,8 @@
 --                      and its tokens, so the caller can ask for a range that fits.
 --   status 'empty':    the document exists but has no chunk in the range (one row, no chunk).
 --   status 'not_found': there is no such document (one row, only document_id set).
+-- token_budget is clamped to 100,000 tokens (NULL or larger values act as 100,000): a longer
+-- range comes as its outline, so one call never returns an unbounded amount of text.
 -- Reads only (STABLE).
 CREATE OR REPLACE FUNCTION kb.read_document(
     document_id uuid,
@@ -38,7 +40,7 @@ LANGUAGE sql
 STABLE
 PARALLEL SAFE
 SECURITY DEFINER
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
     WITH doc AS (
         SELECT d.id, d.title, d.source_uri,
@@ -54,13 +56,14 @@ AS $$
            AND c.chunk_index <= coalesce(read_document.chunk_end, 2147483647)
     ),
     total AS (
-        SELECT count(*) AS n, coalesce(sum(p.token_count), 0)::integer AS tokens FROM part p
+        SELECT count(*) AS n, least(coalesce(sum(p.token_count), 0), 2147483647)::integer AS tokens
+          FROM part p
     ),
     verdict AS (
         SELECT CASE
                    WHEN NOT EXISTS (SELECT 1 FROM doc) THEN 'not_found'
                    WHEN t.n = 0 THEN 'empty'
-                   WHEN read_document.token_budget IS NULL OR t.tokens <= read_document.token_budget
+                   WHEN t.tokens <= least(coalesce(read_document.token_budget, 100000), 100000)
                        THEN 'chunks'
                    ELSE 'outline'
                END AS status,
@@ -96,7 +99,7 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION kb.read_document(uuid, integer, integer, integer) IS
-'Budget-guarded reader: the chunks of a document (or of chunk_start..chunk_end) in order when they fit token_budget (status chunks), otherwise only the outline: headings with chunk ranges and tokens (status outline); also empty, not_found.';
+'Budget-guarded reader: the chunks of a document (or of chunk_start..chunk_end) in order when they fit token_budget (status chunks), otherwise only the outline: headings with chunk ranges and tokens (status outline); also empty, not_found. Maximum: token_budget 100000 (NULL or larger values act as 100000).';
 
 REVOKE ALL ON FUNCTION kb.read_document(uuid, integer, integer, integer) FROM PUBLIC;
 DO $$

@@ -9,7 +9,7 @@
 CREATE OR REPLACE FUNCTION kb.register_model(model_name text, model_dims integer, model_provider text)
 RETURNS integer
 LANGUAGE plpgsql
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     model_id integer;
@@ -34,7 +34,7 @@ BEGIN
     IF model_dims <= 2000 THEN
         EXECUTE format(
             'CREATE INDEX IF NOT EXISTS %I ON kb.embeddings USING hnsw '
-            '((embedding::vector(%s)) vector_cosine_ops) WHERE model_id = %s',
+            '((embedding::public.vector(%s)) public.vector_cosine_ops) WHERE model_id = %s',
             'embeddings_hnsw_model_' || model_id, model_dims, model_id);
     ELSE
         RAISE NOTICE 'model % has % dimensions; HNSW indexes at most 2000, searches will be exact',

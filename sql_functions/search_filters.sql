@@ -16,7 +16,7 @@ CREATE OR REPLACE FUNCTION kb.search_filters(
 LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     key text;

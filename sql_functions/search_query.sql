@@ -31,7 +31,7 @@ CREATE OR REPLACE FUNCTION kb.search_query(
 LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 SET client_min_messages = warning
 AS $$
 BEGIN

@@ -1,4 +1,4 @@
--- kb.vector_search(query_embedding vector, match_count integer DEFAULT 20, filters jsonb DEFAULT '{}',
+-- kb.vector_search(query_embedding public.vector, match_count integer DEFAULT 20, filters jsonb DEFAULT '{}',
 --                  document_ids uuid[] DEFAULT NULL, min_similarity double precision DEFAULT NULL,
 --                  model text DEFAULT NULL, ef_search integer DEFAULT NULL)
 --   -> TABLE (chunk_id, document_id, title, source_uri, chunk_index, heading_path, content,
@@ -17,9 +17,10 @@
 -- bound parameters, never SQL text. A NULL query_embedding returns no rows. An embedding whose
 -- dimension differs from the model's, an unknown model, or no registered model raises an error
 -- naming both. Reads only (STABLE); PARALLEL UNSAFE because it sets hnsw.ef_search, which
--- PostgreSQL refuses during a parallel query.
+-- PostgreSQL refuses during a parallel query. match_count is clamped to 1,000 and ef_search to
+-- 40..1,000 (larger values act as the maximum).
 CREATE OR REPLACE FUNCTION kb.vector_search(
-    query_embedding vector,
+    query_embedding public.vector,
     match_count integer DEFAULT 20,
     filters jsonb DEFAULT '{}'::jsonb,
     document_ids uuid[] DEFAULT NULL,
@@ -40,7 +41,7 @@ LANGUAGE plpgsql
 STABLE
 PARALLEL UNSAFE
 SECURITY DEFINER
-SET search_path = kb, public, pg_temp
+SET search_path = pg_catalog, pg_temp
 SET hnsw.iterative_scan = 'relaxed_order'
 SET hnsw.ef_search = '40'
 AS $$
@@ -54,7 +55,7 @@ BEGIN
     IF query_embedding IS NULL THEN
         RETURN;
     END IF;
-    query_dims := vector_dims(query_embedding);
+    query_dims := public.vector_dims(query_embedding);
     IF model IS NULL THEN
         SELECT em.id, em.name, em.dims INTO m FROM kb.embedding_models em WHERE em.is_active;
         IF NOT FOUND THEN
@@ -88,9 +89,11 @@ BEGIN
     IF match_count IS NULL OR match_count < 1 THEN
         RETURN;
     END IF;
+    match_count := least(match_count, 1000);  -- the documented maximum
 
     PERFORM set_config('hnsw.ef_search',
-                       least(1000, greatest(40, coalesce(ef_search, 2 * match_count)))::text, true);
+                       least(1000, greatest(40, coalesce(ef_search::bigint, 2::bigint * match_count)))::text,
+                       true);
 
     -- fixed condition texts; the values are bound as $3..$6
     IF f.category IS NOT NULL THEN
@@ -109,12 +112,12 @@ BEGIN
     RETURN QUERY EXECUTE format(
         $q$
         WITH nearest AS MATERIALIZED (
-            SELECT e.chunk_id, e.embedding::vector(%1$s) <=> $1 AS distance
+            SELECT e.chunk_id, e.embedding::public.vector(%1$s) OPERATOR(public.<=>) $1 AS distance
               FROM kb.embeddings e
               JOIN kb.chunks c ON c.id = e.chunk_id
               JOIN kb.documents d ON d.id = c.document_id
              WHERE e.model_id = %2$s%3$s
-             ORDER BY e.embedding::vector(%1$s) <=> $1
+             ORDER BY e.embedding::public.vector(%1$s) OPERATOR(public.<=>) $1
              LIMIT $2
         ),
         kept AS (
@@ -136,14 +139,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION kb.vector_search(vector, integer, jsonb, uuid[], double precision, text, integer) IS
-'Vector retriever: nearest chunks by cosine distance through the model''s partial HNSW index with iterative scan (filters still return match_count rows); rank from 1, similarity = 1 - distance; wrong dims/model raise.';
+COMMENT ON FUNCTION kb.vector_search(public.vector, integer, jsonb, uuid[], double precision, text, integer) IS
+'Vector retriever: nearest chunks by cosine distance through the model''s partial HNSW index with iterative scan (filters still return match_count rows); rank from 1, similarity = 1 - distance; wrong dims/model raise. Maxima: match_count 1000, ef_search 1000.';
 
-REVOKE ALL ON FUNCTION kb.vector_search(vector, integer, jsonb, uuid[], double precision, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION kb.vector_search(public.vector, integer, jsonb, uuid[], double precision, text, integer) FROM PUBLIC;
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
-        GRANT EXECUTE ON FUNCTION kb.vector_search(vector, integer, jsonb, uuid[], double precision, text, integer) TO kb_reader;
+        GRANT EXECUTE ON FUNCTION kb.vector_search(public.vector, integer, jsonb, uuid[], double precision, text, integer) TO kb_reader;
     END IF;
 END
 $$;

@@ -3,6 +3,8 @@
 Databases: ``with_dbname``, ``create_database``, ``drop_database``, ``migrate``. Corpora: the
 hand-made 4-dimensional corpus of the answer and agent tests (``load_corpus``, ``HandEmbedder``,
 ``chat_settings``) and the golden 3-dimensional corpus of the search tests (``load_golden``).
+Ingestion: ``ingest_settings`` and ``ingest_env`` (fake embeddings API), ``stored_documents``,
+``check_whole`` (every document complete). Queries: ``rows`` (dicts by column name).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import hashlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -19,7 +22,7 @@ import psycopg
 from pgvector import Vector
 from psycopg import sql
 
-from loader.settings import Settings
+from loader.settings import Settings, load_settings
 
 if TYPE_CHECKING:  # the fake server is a pytest plugin (conftest), imported by pytest first
     from tests.fake_openai import FakeOpenAI
@@ -311,3 +314,71 @@ def load_golden(conn: psycopg.Connection[Any]) -> Corpus:
         ids.append(chunk_id)
     conn.commit()
     return Corpus(ids, model_id)
+
+
+# --- ingestion (the tests of loader.ingest and the reliability suite) ----------------------------
+
+
+def ingest_settings(db_url: str, tmp_path: Path, fake: FakeOpenAI, **more: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": db_url,
+        "data_dir": str(tmp_path / "data"),
+        "embedding_provider": "openai",
+        "embedding_model": "fake-embed",
+        "embedding_dims": fake.dims,
+        "embedding_base_url": fake.base_url,
+        "embedding_max_retries": 0,
+        "chunk_tokens": 40,
+        "chunk_overlap": 0,
+    }
+    values.update(more)
+    return load_settings(env={}, **values)
+
+
+def ingest_env(settings: Settings) -> dict[str, str]:
+    return {
+        "PGKB_DATABASE_URL": str(settings.database_url),
+        "PGKB_DATA_DIR": str(settings.data_dir),
+        "PGKB_EMBEDDING_PROVIDER": settings.embedding_provider,
+        "PGKB_EMBEDDING_MODEL": settings.embedding_model,
+        "PGKB_EMBEDDING_DIMS": str(settings.embedding_dims),
+        "PGKB_EMBEDDING_BASE_URL": str(settings.embedding_base_url),
+        "PGKB_EMBEDDING_MAX_RETRIES": str(settings.embedding_max_retries),
+        "PGKB_CHUNK_TOKENS": str(settings.chunk_tokens),
+        "PGKB_CHUNK_OVERLAP": str(settings.chunk_overlap),
+    }
+
+
+def stored_documents(conn: psycopg.Connection[Any]) -> dict[str, tuple[str, str]]:
+    rows = conn.execute("SELECT source_uri, title, content_sha FROM kb.documents").fetchall()
+    conn.rollback()
+    return {Path(uri).name: (title, sha) for uri, title, sha in rows}
+
+
+def check_whole(conn: psycopg.Connection[Any]) -> None:
+    """Every document has chunks 0..n-1, each with exactly one embedding of the active model."""
+    rows = conn.execute(
+        """
+        SELECT d.source_uri, count(c.id), coalesce(max(c.chunk_index), -1),
+               count(e.chunk_id)
+          FROM kb.documents d
+          LEFT JOIN kb.chunks c ON c.document_id = d.id
+          LEFT JOIN kb.embeddings e
+                 ON e.chunk_id = c.id AND e.model_id = (SELECT id FROM kb.active_model())
+         GROUP BY d.source_uri
+        """
+    ).fetchall()
+    conn.rollback()
+    for uri, chunks, last_index, embeddings in rows:
+        assert chunks > 0, uri
+        assert last_index == chunks - 1, uri
+        assert embeddings == chunks, uri
+
+
+# --- queries ------------------------------------------------------------------------------------
+
+
+def rows(conn: psycopg.Connection[Any], query: str, params: Any = ()) -> list[dict[str, Any]]:
+    cur = conn.execute(query, params)
+    names = [c.name for c in cur.description or []]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]

@@ -25,8 +25,12 @@ from loader.ingest.pipeline import ingest_documents, ingest_paths
 from loader.ingest.sources import SourceDocument
 from loader.ingest.writer import INGEST_LOCK_KEY
 from loader.providers.openai_embeddings import OpenAIEmbedder
-from loader.settings import Settings, load_settings
+from loader.settings import load_settings
 from tests.fake_openai import FakeOpenAI, Reply
+from tests.helpers import check_whole as _check_whole
+from tests.helpers import ingest_env as _env
+from tests.helpers import ingest_settings as _settings
+from tests.helpers import stored_documents as _documents
 from tests.pdfs import blank_pdf, text_pdf
 
 PARAGRAPHS = [
@@ -34,36 +38,6 @@ PARAGRAPHS = [
     "Autovacuum runs in the background and triggers on thresholds per table.",
     "Freezing old transaction ids prevents wraparound failures in busy clusters.",
 ]
-
-
-def _settings(db_url: str, tmp_path: Path, fake: FakeOpenAI, **more: Any) -> Settings:
-    values: dict[str, Any] = {
-        "database_url": db_url,
-        "data_dir": str(tmp_path / "data"),
-        "embedding_provider": "openai",
-        "embedding_model": "fake-embed",
-        "embedding_dims": fake.dims,
-        "embedding_base_url": fake.base_url,
-        "embedding_max_retries": 0,
-        "chunk_tokens": 40,
-        "chunk_overlap": 0,
-    }
-    values.update(more)
-    return load_settings(env={}, **values)
-
-
-def _env(settings: Settings) -> dict[str, str]:
-    return {
-        "PGKB_DATABASE_URL": str(settings.database_url),
-        "PGKB_DATA_DIR": str(settings.data_dir),
-        "PGKB_EMBEDDING_PROVIDER": settings.embedding_provider,
-        "PGKB_EMBEDDING_MODEL": settings.embedding_model,
-        "PGKB_EMBEDDING_DIMS": str(settings.embedding_dims),
-        "PGKB_EMBEDDING_BASE_URL": str(settings.embedding_base_url),
-        "PGKB_EMBEDDING_MAX_RETRIES": str(settings.embedding_max_retries),
-        "PGKB_CHUNK_TOKENS": str(settings.chunk_tokens),
-        "PGKB_CHUNK_OVERLAP": str(settings.chunk_overlap),
-    }
 
 
 def _write_docs(root: Path) -> None:
@@ -85,32 +59,6 @@ def _write_docs(root: Path) -> None:
 
 def _embedding_inputs(fake: FakeOpenAI) -> list[str]:
     return [t for r in fake.requests_to("/v1/embeddings") for t in r.body["input"]]
-
-
-def _documents(conn: psycopg.Connection[Any]) -> dict[str, tuple[str, str]]:
-    rows = conn.execute("SELECT source_uri, title, content_sha FROM kb.documents").fetchall()
-    conn.rollback()
-    return {Path(uri).name: (title, sha) for uri, title, sha in rows}
-
-
-def _check_whole(conn: psycopg.Connection[Any]) -> None:
-    """Every document has chunks 0..n-1, each with exactly one embedding of the active model."""
-    rows = conn.execute(
-        """
-        SELECT d.source_uri, count(c.id), coalesce(max(c.chunk_index), -1),
-               count(e.chunk_id)
-          FROM kb.documents d
-          LEFT JOIN kb.chunks c ON c.document_id = d.id
-          LEFT JOIN kb.embeddings e
-                 ON e.chunk_id = c.id AND e.model_id = (SELECT id FROM kb.active_model())
-         GROUP BY d.source_uri
-        """
-    ).fetchall()
-    conn.rollback()
-    for uri, chunks, last_index, embeddings in rows:
-        assert chunks > 0, uri
-        assert last_index == chunks - 1, uri
-        assert embeddings == chunks, uri
 
 
 def test_ingest_then_unchanged_then_one_edit(

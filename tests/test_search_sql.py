@@ -13,18 +13,12 @@ import psycopg
 import pytest
 from pgvector import Vector
 
-from tests.helpers import CHUNKS, D1, D2, D3, Corpus, load_golden
+from tests.helpers import CHUNKS, D1, D2, D3, Corpus, load_golden, rows
 
 
 @pytest.fixture
 def golden(conn: psycopg.Connection[Any]) -> Corpus:
     return load_golden(conn)
-
-
-def rows(conn: psycopg.Connection[Any], query: str, params: Any = ()) -> list[dict[str, Any]]:
-    cur = conn.execute(query, params)
-    names = [c.name for c in cur.description or []]
-    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
 def cosine(a: list[float], b: list[float]) -> float:

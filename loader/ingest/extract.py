@@ -95,6 +95,12 @@ def extract(data: bytes, path: str | Path, mime: str | None = None) -> Extracted
             raise ExtractionError(
                 f"binary content in a {Path(path).suffix} file (NUL bytes): not text"
             )
+        nul = data.find(b"\x00")
+        if nul >= 0:  # PostgreSQL text cannot hold a NUL character
+            raise ExtractionError(
+                f"NUL byte at byte {nul}: PostgreSQL text cannot hold it; remove it "
+                "(e.g. tr -d '\\000' < file > fixed) and ingest again"
+            )
         if mime == "text/html":
             result = extract_html(data)
         else:
@@ -327,6 +333,12 @@ def _has_blocks(tag: Any) -> bool:
 # --- PDF ----------------------------------------------------------------------------------------
 
 
+def _no_nul(text: str) -> str:
+    """PDF strings may carry NUL characters (UTF-16 leftovers, padding); they mean nothing and
+    PostgreSQL text and jsonb cannot hold them, so they are dropped."""
+    return text.replace("\x00", "")
+
+
 def extract_pdf(data: bytes) -> Extracted:
     """Text per page (pypdf); one section per page under the document's outline, if any."""
     import logging
@@ -351,7 +363,7 @@ def extract_pdf(data: bytes) -> Extracted:
                     "(e.g. qpdf --password=... --decrypt in.pdf out.pdf)"
                 )
         pages = list(reader.pages)
-        texts = [_clean_block(page.extract_text() or "") for page in pages]
+        texts = [_clean_block(_no_nul(page.extract_text() or "")) for page in pages]
         info = reader.metadata
     except FileNotDecryptedError:
         raise ExtractionError("encrypted PDF (a password is needed); decrypt it first") from None
@@ -363,10 +375,10 @@ def extract_pdf(data: bytes) -> Extracted:
     metadata: dict[str, Any] = {"page_count": len(pages)}
     title = None
     if info is not None:
-        if info.title and str(info.title).strip():
-            title = normalize_inline(str(info.title))
-        if info.author and str(info.author).strip():
-            metadata["author"] = normalize_inline(str(info.author))
+        if info.title and _no_nul(str(info.title)).strip():
+            title = normalize_inline(_no_nul(str(info.title)))
+        if info.author and _no_nul(str(info.author)).strip():
+            metadata["author"] = normalize_inline(_no_nul(str(info.author)))
     if not any(texts):
         raise ExtractionError(
             f"PDF with no text layer ({len(pages)} pages, no extractable text: a scan?); "

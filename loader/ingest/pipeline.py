@@ -18,7 +18,13 @@ from loader.errors import ConfigError, DatabaseError, PgkbError
 from loader.ingest.chunking import Chunker
 from loader.ingest.extract import ExtractionError, Section, extract, mime_type
 from loader.ingest.report import IngestReport, ProgressCallback
-from loader.ingest.sources import SourceDocument, file_metadata, read_file, scan_paths
+from loader.ingest.sources import (
+    SourceDocument,
+    file_metadata,
+    read_file,
+    scan_paths,
+    shown_path,
+)
 from loader.ingest.writer import (
     Prepared,
     Writer,
@@ -123,6 +129,7 @@ def ingest_paths(
     wait: bool = True,
     progress: ProgressCallback | None = None,
     embedder: Embedder | None = None,
+    force: bool = False,
 ) -> IngestReport:
     """Ingest files and folders (recursively) into the configured database.
 
@@ -145,7 +152,7 @@ def ingest_paths(
         model_id, chunker = _prepare_model(conn, embedder, settings)
         fingerprint = chunker.fingerprint()
         for source, reason in scan.failures:
-            report.fail(source, reason)
+            report.fail(shown_path(source), reason)
         report.files_seen = len(scan.files) + len(scan.failures)
         if progress:
             progress("scanned", {"files": [str(f) for f in scan.files]})
@@ -156,7 +163,7 @@ def ingest_paths(
                 source = str(path)
                 prepared = _prepare_file(
                     path, source, stored, fingerprint, chunker, category, meta, max_bytes,
-                    report,
+                    report, settings,
                 )  # fmt: skip
                 if progress:
                     status = "unchanged" if prepared is None else "parsed"
@@ -171,10 +178,34 @@ def ingest_paths(
             log.error("run stopped: %s", exc)
         if prune and not report.aborted:
             with report.phase("prune"):
-                report.pruned = prune_missing(conn, scan)
+                report.pruned = prune_missing(
+                    conn, scan, report, max_fraction=settings.prune_max_fraction, force=force
+                )
         analyze(conn, report)
     report.seconds["total"] = time.perf_counter() - started
     return report
+
+
+def extract_bounded(data: bytes, path: Path, mime: str | None, settings: Settings) -> Any:
+    """:func:`extract` within ``settings.extract_timeout`` seconds, refusing a text larger than
+    ``settings.max_text_mb`` million characters: one pathological file cannot hold the ingest
+    lock for long or fill the memory."""
+    from loader.safety import call_with_timeout
+
+    try:
+        extracted = call_with_timeout(lambda: extract(data, path, mime), settings.extract_timeout)
+    except TimeoutError:
+        raise ExtractionError(
+            f"extraction took longer than {settings.extract_timeout:g} s (extract_timeout); "
+            "raise PGKB_EXTRACT_TIMEOUT to ingest it"
+        ) from None
+    size = sum(len(s.text) for s in extracted.sections)
+    if size > settings.max_text_mb * 1_000_000:
+        raise ExtractionError(
+            f"extracted text too large ({size / 1e6:.1f} million characters, the limit is "
+            f"{settings.max_text_mb:g} million, max_text_mb); raise PGKB_MAX_TEXT_MB to ingest it"
+        )
+    return extracted
 
 
 def _prepare_file(
@@ -187,6 +218,7 @@ def _prepare_file(
     meta: dict[str, str],
     max_bytes: int,
     report: IngestReport,
+    settings: Settings,
 ) -> Prepared | None:
     """Read, hash, and (if changed) parse and chunk one file; None when unchanged or failed."""
     try:
@@ -199,7 +231,7 @@ def _prepare_file(
             return None
         mime = mime_type(path)
         with report.phase("extract"):
-            extracted = extract(data, path, mime)
+            extracted = extract_bounded(data, path, mime, settings)
         with report.phase("chunk"):
             title = extracted.title or path.stem
             chunks = chunker.chunk(title, extracted.sections)

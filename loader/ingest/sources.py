@@ -35,6 +35,18 @@ class Scan:
     files: list[Path] = dataclasses.field(default_factory=list)
     roots: list[Path] = dataclasses.field(default_factory=list)
     failures: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    unreadable: list[Path] = dataclasses.field(default_factory=list)
+    """Folders that could not be listed: prune keeps every document under them."""
+
+
+def shown_path(path: str) -> str:
+    """A path as text that can be printed and stored: bytes that are not UTF-8 (kept by Python
+    as surrogates) are shown as \\xNN escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
 
 
 def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
@@ -47,7 +59,7 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
     scan = Scan()
     seen: set[Path] = set()
 
-    def add(path: Path) -> None:
+    def add(path: Path, root: Path | None = None) -> None:
         try:
             real = path.resolve(strict=True)
         except RuntimeError:
@@ -60,6 +72,26 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
                 scan.failures.append((str(path.absolute()), "broken symbolic link"))
             else:
                 scan.failures.append((str(path.absolute()), f"cannot read: {exc.strerror}"))
+            return
+        try:
+            str(real).encode("utf-8")
+        except UnicodeEncodeError:
+            scan.failures.append(
+                (
+                    str(path.absolute()),
+                    "the file name is not valid UTF-8, which PostgreSQL cannot store; rename the "
+                    "file (e.g. convmv -f latin1 -t utf8 --notest NAME)",
+                )
+            )
+            return
+        if root is not None and not _inside(real, root):
+            scan.failures.append(
+                (
+                    str(path.absolute()),
+                    f"symbolic link to {real}, outside the folder {root}: not ingested "
+                    "(give that path to ingest it)",
+                )
+            )
             return
         if real not in seen:
             seen.add(real)
@@ -94,12 +126,26 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
 
         def on_error(exc: OSError) -> None:
             scan.failures.append((str(exc.filename), f"cannot read folder: {exc.strerror}"))
+            if exc.filename is not None:
+                scan.unreadable.append(Path(os.fsdecode(exc.filename)))
 
         for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=on_error):
             try:
                 st = os.stat(dirpath)
             except OSError as exc:
                 scan.failures.append((dirpath, f"cannot read folder: {exc.strerror}"))
+                scan.unreadable.append(Path(dirpath))
+                dirnames[:] = []
+                continue
+            real_dir = Path(os.path.realpath(dirpath))
+            if not _inside(real_dir, root):
+                scan.failures.append(
+                    (
+                        dirpath,
+                        f"symbolic link to the folder {real_dir}, outside the folder {root}: "
+                        "not followed (give that path to ingest it)",
+                    )
+                )
                 dirnames[:] = []
                 continue
             key = (st.st_dev, st.st_ino)
@@ -114,7 +160,7 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
             for name in sorted(filenames):
                 if name.startswith(".") or mime_type(name) is None:
                     continue
-                add(Path(dirpath) / name)
+                add(Path(dirpath) / name, root)
     scan.files.sort()
     return scan
 

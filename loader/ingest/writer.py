@@ -46,6 +46,24 @@ def json_default(value: Any) -> str:
 
 # --- the writer ---------------------------------------------------------------------------------
 
+_PER_DOCUMENT_ERRORS: tuple[type[Exception], ...] = (
+    psycopg.DataError,  # NUL characters, bad encodings, values out of range
+    psycopg.IntegrityError,
+    psycopg.errors.ProgramLimitExceeded,  # e.g. a tsvector or row beyond PostgreSQL's limits
+)
+"""Errors the database raises about one document's values (not about the connection)."""
+
+
+def database_refusal(exc: Exception) -> str:
+    """A per-document failure reason from a database error: its message and detail."""
+    diag = getattr(exc, "diag", None)
+    primary = (diag.message_primary if diag else None) or str(exc).strip().splitlines()[0]
+    detail = diag.message_detail if diag else None
+    reason = "the database refused it: " + primary + (f" ({detail})" if detail else "")
+    if "0x00" in reason or "\\u0000" in reason or "NUL" in reason:
+        reason += "; it holds a NUL character, which PostgreSQL text cannot store"
+    return reason
+
 
 class Writer:
     """Embeds prepared documents in shared batches and writes each in its own transaction."""
@@ -122,7 +140,12 @@ class Writer:
                 self.progress("embedded", {"count": len(missing)})
         with self.report.phase("write"):
             for prepared in batch:
-                self._write(prepared, vectors)
+                try:
+                    self._write(prepared, vectors)
+                except _PER_DOCUMENT_ERRORS as exc:
+                    # its transaction rolled back: the stored version (if any) stays, and the
+                    # run goes on with the other documents
+                    self.report.fail(prepared.source_uri, database_refusal(exc))
 
     def _write(self, prepared: Prepared, vectors: dict[str, Any]) -> None:
         conn = self.conn
@@ -258,20 +281,62 @@ def _like_prefix(root: Path) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def prune_missing(conn: psycopg.Connection[Any], scan: Scan) -> int:
-    """Delete documents under the scanned folders whose files no longer exist."""
+def _is_gone(uri: str) -> bool:
+    """True only when the file is certainly gone (``FileNotFoundError``). A permission error, an
+    I/O error, a symlink loop or anything else that stops ``lstat`` keeps the document."""
+    try:
+        os.lstat(uri)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        log.warning("not pruned (cannot tell whether it still exists): %s: %s", uri, exc)
+        return False
+    return False
+
+
+def _under(uri: str, folder: Path) -> bool:
+    return uri.startswith(str(folder).rstrip("/") + "/")
+
+
+def prune_missing(
+    conn: psycopg.Connection[Any],
+    scan: Scan,
+    report: IngestReport,
+    *,
+    max_fraction: float = 0.5,
+    force: bool = False,
+) -> int:
+    """Delete documents under the scanned folders whose files no longer exist.
+
+    Only a file that is certainly gone counts (see :func:`_is_gone`); documents under a folder
+    that could not be listed are kept. When the deletion would remove more than
+    ``max_fraction`` of the documents under the scanned folders (an unmounted disk, a wrong
+    path), nothing is deleted and the run reports a failure, unless ``force``.
+    """
     present = {str(f) for f in scan.files}
     doomed: list[str] = []
+    total = 0
     for root in scan.roots:
         rows = conn.execute(
             queries.SOURCE_URIS_LIKE,
             (_like_prefix(root),),
         ).fetchall()
+        total += len(rows)
         for (uri,) in rows:
-            if uri not in present and not os.path.lexists(uri):
+            if uri in present or any(_under(uri, folder) for folder in scan.unreadable):
+                continue
+            if _is_gone(uri):
                 doomed.append(uri)
     conn.commit()
     if not doomed:
+        return 0
+    if not force and len(doomed) > max_fraction * total:
+        report.fail(
+            ", ".join(str(r) for r in scan.roots),
+            f"prune refused: it would delete {len(doomed)} of the {total} documents under the "
+            f"given folders (more than prune_max_fraction = {max_fraction:g}); check that the "
+            "folder is mounted and complete, then run again with --force to delete them",
+        )
         return 0
     with conn.transaction():
         conn.execute(queries.DELETE_DOCUMENTS, (doomed,))

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from loader.errors import ConfigError, PgkbError
 from loader.providers import openai_compat
+from loader.safety import redact
 from loader.settings import Settings
 
 
@@ -83,7 +84,7 @@ class ChatClient:
                 "(Ollama: http://localhost:11434/v1)",
             )
         self.model = settings.chat_model
-        self.base_url = settings.chat_base_url or "https://api.openai.com/v1"
+        self.base_url = redact(settings.chat_base_url or "https://api.openai.com/v1")  # shown
         self.timeout = settings.chat_timeout
         self._client = openai_compat.make_client(
             base_url=settings.chat_base_url,

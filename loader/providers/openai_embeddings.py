@@ -73,9 +73,13 @@ class OpenAIEmbedder:
     @property
     def client(self) -> Any:
         if self._client is None:
+            from loader.safety import api_key_for
+
             self._client = openai_compat.make_client(
                 base_url=self.base_url,
-                api_key=self._api_key or os.environ.get("OPENAI_API_KEY"),
+                # OPENAI_API_KEY goes to OpenAI's API only, never to another base_url; local
+                # servers (Ollama, vLLM) ignore the key, the client insists on one
+                api_key=api_key_for(self.base_url, self._api_key, os.environ),
                 timeout=self.timeout,
                 max_retries=0,  # retried here, with the shared policy
             )
@@ -120,7 +124,9 @@ class OpenAIEmbedder:
         return self._request([text])[0]
 
     def _where(self) -> str:
-        return f"{self.name} at {self.base_url or 'the OpenAI API'}"
+        from loader.safety import redact
+
+        return f"{self.name} at {redact(self.base_url or 'the OpenAI API')}"
 
     def _retry_delay(self, attempt: int, exc: Exception) -> float:
         return openai_compat.retry_delay(attempt, exc, base=self.backoff_base, cap=self.backoff_max)
