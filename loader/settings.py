@@ -113,6 +113,10 @@ class Settings:
     """API key for the chat endpoint (required by OpenAI; local servers ignore it)."""
     chat_timeout: float = 60.0
     """Seconds to wait for one chat request before it counts as failed."""
+    chat_deadline: float = 300.0
+    """Seconds one chat completion may take in all, streamed or not (``chat_timeout`` bounds
+    each read): a server that trickles tokens cannot hold ``pgkb ask``; past it, the extractive
+    answer."""
     chat_max_retries: int = 2
     """Retries (with backoff, honouring Retry-After) on 429, 5xx, timeouts, lost connections."""
     chat_context_tokens: int = 8192
@@ -144,6 +148,8 @@ class Settings:
                 problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.chat_timeout <= 0:
             problems.append(f"chat_timeout must be positive, got {self.chat_timeout}")
+        if self.chat_deadline <= 0:
+            problems.append(f"chat_deadline must be positive, got {self.chat_deadline}")
         if self.chat_max_retries < 0:
             problems.append(f"chat_max_retries must be >= 0, got {self.chat_max_retries}")
         if self.chat_context_tokens < 1024:

@@ -36,6 +36,10 @@ class Reply:
     delay: float = 0.0
     raw: bytes | None = None
     """Send these bytes as the body instead of JSON (for malformed responses)."""
+    trickle: float = 0.0
+    """Seconds between pieces: streamed chunks, or the bytes of a plain body (a slow server)."""
+    drop_after: int | None = None
+    """Streaming: close the connection after this many content chunks, without finishing."""
 
 
 @dataclasses.dataclass
@@ -180,13 +184,21 @@ class FakeOpenAI:
                     for key, value in reply.headers.items():
                         self.send_header(key, value)
                     self.end_headers()
-                    self.wfile.write(payload)
+                    if reply.trickle:
+                        for i in range(len(payload)):
+                            self.wfile.write(payload[i : i + 1])
+                            self.wfile.flush()
+                            time.sleep(reply.trickle)
+                    else:
+                        self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test)
 
             def _stream(self, reply: Reply) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
+                if reply.drop_after is not None:  # promise more than is sent: a broken body
+                    self.send_header("Content-Length", "1000000")
                 self.end_headers()
                 message = reply.body["choices"][0]["message"]
                 content = message.get("content") or ""
@@ -197,7 +209,12 @@ class FakeOpenAI:
                     "model": "fake-chat",
                 }
                 pieces = [content[i : i + 8] for i in range(0, len(content), 8)] or [""]
-                for piece in pieces:
+                for n, piece in enumerate(pieces):
+                    if reply.drop_after is not None and n >= reply.drop_after:
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(2)  # mid-stream: no final chunk, no [DONE]
+                        return
                     chunk = {
                         **base,
                         "choices": [
@@ -205,6 +222,9 @@ class FakeOpenAI:
                         ],
                     }
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    if reply.trickle:
+                        self.wfile.flush()
+                        time.sleep(reply.trickle)
                 if message.get("tool_calls"):
                     calls = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
                     chunk = {

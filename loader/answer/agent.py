@@ -184,6 +184,7 @@ def _loop(
                 mode="fallback",
                 notes=[f"{exc.message}; showing the hybrid search hits instead"],
                 steps=step,
+                category=category,
             )
         if reply.tool_calls and not last:
             messages.append(reply.assistant_message())
@@ -203,7 +204,15 @@ def _loop(
         seen = list(toolbox.seen.values())
         checked = check_citations(reply.content, seen)
         answer = checked_answer(
-            conn, question, reply.content, checked, seen, wide, steps=step, mode="agent"
+            conn,
+            question,
+            reply.content,
+            checked,
+            seen,
+            wide,
+            steps=step,
+            mode="agent",
+            category=category,
         )
         answer.context = list(passages)
         return answer
@@ -215,4 +224,5 @@ def _loop(
         mode="fallback",
         notes=[*notes, "no final answer from the agent; showing the hybrid search hits instead"],
         steps=settings.agent_max_steps,
+        category=category,
     )

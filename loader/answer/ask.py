@@ -4,13 +4,30 @@ chat client, a read-only connection), then the single-shot answer or the reader 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+
+import psycopg
 
 from loader.answer.agent import run_agent
 from loader.answer.result import Answer
 from loader.answer.single import answer_question
 from loader.settings import Settings
+
+
+@contextmanager
+def reader_connection(settings: Settings) -> Iterator[psycopg.Connection[Any]]:
+    """A connection that can only read: autocommit (no transaction stays open while the model
+    thinks) and every transaction read-only, whatever a tool or a bug would send."""
+    from loader.db import queries
+    from loader.db.session import connection
+
+    with connection(settings) as conn:
+        conn.autocommit = True
+        conn.execute(queries.SESSION_READ_ONLY)
+        conn.read_only = True
+        yield conn
 
 
 def ask(
@@ -22,15 +39,12 @@ def ask(
     on_text: Callable[[str], None] | None = None,
 ) -> Answer:
     """Answer ``question`` with the configured models over a connection of its own."""
-    from loader.db.session import connection
     from loader.providers.chat import ChatClient
     from loader.providers.embeddings import get_embedder
 
     client = ChatClient.from_settings(settings)
     embedder = get_embedder(settings)
-    with connection(settings) as conn:
-        # reads only: autocommit, so no transaction stays open while the model thinks
-        conn.autocommit = True
+    with reader_connection(settings) as conn:
         if agent:
             return run_agent(
                 conn, settings, question, embedder=embedder, client=client, category=category

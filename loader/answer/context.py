@@ -103,8 +103,11 @@ def related_documents(
     conn: psycopg.Connection[Any],
     cited: Sequence[Passage],
     retrieved: Sequence[Passage],
+    *,
+    category: str | None = None,
 ) -> list[RelatedDocument]:
-    """Documents retrieved but not cited, then graph neighbours of the cited ones."""
+    """Documents retrieved but not cited, then graph neighbours of the cited ones (only those of
+    ``category`` when the question has one: the category is a boundary)."""
     cited_ids = list(dict.fromkeys(p.document_id for p in cited))
     seen = set(cited_ids)
     related: list[RelatedDocument] = []
@@ -117,7 +120,9 @@ def related_documents(
     anchor = cited_ids or [p.document_id for p in retrieved]
     if anchor:
         with conn.cursor(row_factory=class_row(queries.RelatedRow)) as cur:
-            rows = cur.execute(queries.RELATED_DOCUMENTS, {"ids": anchor}).fetchall()
+            rows = cur.execute(
+                queries.RELATED_DOCUMENTS, {"ids": anchor, "category": category}
+            ).fetchall()
         for row in rows:
             doc_id = str(row.document_id)
             if doc_id not in seen:

@@ -172,7 +172,9 @@ class Toolbox:
         missing = [i for i in ids if i not in self._documents]
         if missing:
             with self.conn.cursor(row_factory=class_row(queries.DocumentRow)) as cur:
-                rows = cur.execute(queries.DOCUMENTS_BY_ID, (missing,)).fetchall()
+                rows = cur.execute(
+                    queries.DOCUMENTS_BY_ID, {"ids": missing, "category": self.category}
+                ).fetchall()
             for row in rows:
                 doc_id = str(row.document_id)
                 self._documents[doc_id] = DocumentInfo(

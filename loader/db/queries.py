@@ -180,6 +180,7 @@ SELECT d.id AS document_id, d.title, d.source_uri, r.relation_type
     ON d.id = CASE WHEN r.source_id = ANY(%(ids)s::uuid[]) THEN r.target_id ELSE r.source_id END
  WHERE (r.source_id = ANY(%(ids)s::uuid[]) OR r.target_id = ANY(%(ids)s::uuid[]))
    AND NOT d.id = ANY(%(ids)s::uuid[])
+   AND (%(category)s::text IS NULL OR d.category = %(category)s::text)
  ORDER BY r.confidence DESC NULLS LAST, d.title
  LIMIT 10
 """
@@ -197,8 +198,10 @@ DOCUMENTS_BY_ID = """
 SELECT d.id AS document_id, d.title, d.source_uri,
        (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::int AS chunk_count
   FROM kb.documents d
- WHERE d.id = ANY(%s::uuid[])
+ WHERE d.id = ANY(%(ids)s::uuid[])
+   AND (%(category)s::text IS NULL OR d.category = %(category)s::text)
 """
+"""The documents the agent may name: with a category (the question's scope), only its own."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,6 +252,9 @@ INGEST_LOCK_HOLDER = """
 SELECT pid FROM pg_locks
  WHERE locktype = 'advisory' AND granted AND classid = %s AND objid = %s AND objsubid = 1
 """
+SESSION_READ_ONLY = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+"""``ask`` and the agent only read: every transaction of their connection is read-only."""
+
 ADVISORY_LOCK = "SELECT pg_advisory_lock(%s)"
 TRY_ADVISORY_LOCK = "SELECT pg_try_advisory_lock(%s)"
 ADVISORY_UNLOCK = "SELECT pg_advisory_unlock(%s)"

@@ -7,6 +7,7 @@ every failure surfaces as :class:`ChatError` with a message naming the endpoint.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -86,6 +87,7 @@ class ChatClient:
         self.model = settings.chat_model
         self.base_url = redact(settings.chat_base_url or "https://api.openai.com/v1")  # shown
         self.timeout = settings.chat_timeout
+        self.deadline = settings.chat_deadline
         self._client = openai_compat.make_client(
             base_url=settings.chat_base_url,
             api_key=api_key,
@@ -109,6 +111,8 @@ class ChatClient:
         """One chat completion; with ``on_text``, streamed (each text piece passed to it)."""
         import openai
 
+        from loader.safety import call_with_timeout
+
         kwargs: dict[str, Any] = {"model": self.model, "messages": list(messages)}
         if tools:
             kwargs["tools"] = list(tools)
@@ -116,8 +120,13 @@ class ChatClient:
                 kwargs["tool_choice"] = tool_choice
         try:
             if on_text is not None:
-                return self._stream(kwargs, on_text)
-            response = self._client.chat.completions.create(**kwargs)
+                return self._stream(kwargs, on_text, time.monotonic() + self.deadline)
+            try:  # the whole request within chat_deadline (a trickled body included)
+                response = call_with_timeout(
+                    lambda: self._client.chat.completions.create(**kwargs), self.deadline
+                )
+            except TimeoutError:
+                raise self._past_deadline() from None
             if not response.choices:
                 raise ChatError(f"the chat model at {self.base_url} returned no choices")
             choice = response.choices[0]
@@ -153,12 +162,45 @@ class ChatClient:
                 f"{type(exc).__name__}: {exc}"
             ) from None
 
-    def _stream(self, kwargs: dict[str, Any], on_text: Callable[[str], None]) -> ChatReply:
+    def _past_deadline(self) -> ChatError:
+        return ChatError(
+            f"the chat model at {self.base_url} did not finish its reply within "
+            f"{self.deadline:g} s (chat_deadline)",
+            hint="raise PGKB_CHAT_DEADLINE or check the server's load",
+        )
+
+    def _stream(
+        self, kwargs: dict[str, Any], on_text: Callable[[str], None], deadline: float
+    ) -> ChatReply:
         stream = self._client.chat.completions.create(**kwargs, stream=True)
         text: list[str] = []
+        try:
+            return self._read_stream(stream, on_text, deadline, text)
+        except ChatError:
+            raise
+        except Exception as exc:
+            if not _lost_connection(exc):
+                raise
+            # httpx's RemoteProtocolError, ReadError, ReadTimeout, or the SDK's wrapper of one
+            where = f"after {len(''.join(text))} characters" if text else "before any text"
+            raise ChatError(
+                f"the connection to the chat model at {self.base_url} was lost mid-reply "
+                f"({where}): {type(exc).__name__}",
+                hint="check the server; pgkb ask retries nothing once a reply has started",
+            ) from None
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+
+    def _read_stream(
+        self, stream: Any, on_text: Callable[[str], None], deadline: float, text: list[str]
+    ) -> ChatReply:
         calls: dict[int, dict[str, str]] = {}
         finish: str | None = None
         for chunk in stream:
+            if time.monotonic() > deadline:
+                raise self._past_deadline()
             if not chunk.choices:
                 continue
             choice = chunk.choices[0]
@@ -181,3 +223,14 @@ class ChatClient:
             for i, c in sorted(calls.items())
         ]
         return ChatReply("".join(text) if text else None, tool_calls, finish)
+
+
+def _lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` is a transport failure of a started stream: the SDK's connection and
+    timeout errors, or the HTTP library's own (httpx/httpcore), which the SDK does not always
+    wrap while a stream is read."""
+    import openai
+
+    if isinstance(exc, openai.APIConnectionError | ConnectionError | TimeoutError):
+        return True
+    return type(exc).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore", "h11")
