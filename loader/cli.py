@@ -230,6 +230,12 @@ def quickstart(ctx: click.Context) -> None:
 from loader.commands.ask import ask  # noqa: E402
 
 cli.add_command(ask)
+from loader.commands.docs import docs  # noqa: E402
+
+cli.add_command(docs)
+from loader.commands.graph import graph  # noqa: E402
+
+cli.add_command(graph)
 from loader.commands.eval import eval_command  # noqa: E402
 
 cli.add_command(eval_command)

@@ -38,6 +38,8 @@ from loader.chunking import Chunk, Chunker
 from loader.embedding import Embedder, ensure_model, get_embedder
 from loader.errors import ConfigError, DatabaseError, PgkbError
 from loader.extract import FORMATS, ExtractionError, Section, extract, mime_type
+from loader.graph.links import Link, resolve_links
+from loader.graph.store import GraphWriter
 from loader.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,8 @@ class IngestReport:
     embeddings_computed: int = 0
     embeddings_reused: int = 0
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    graph: dict[str, int] = dataclasses.field(default_factory=dict)
+    """What the document graph gained (links, edges by origin; see loader.graph.store)."""
     aborted: str | None = None
     """Why the run stopped early (a run-level error), or None."""
 
@@ -123,6 +127,7 @@ class _Prepared:
     metadata: dict[str, Any]
     chunks: list[Chunk]
     is_new: bool
+    links: list[Link] = dataclasses.field(default_factory=list)
 
 
 def _json_default(value: Any) -> str:
@@ -164,6 +169,12 @@ class _Writer:
         self.progress = progress
         self.pending: list[_Prepared] = []
         self.pending_texts = 0
+        self.graph = GraphWriter()
+
+    def finish_graph(self, settings: Settings) -> None:
+        """The graph's end-of-run work (mentions, chat-model metadata and edges)."""
+        self.report.graph = self.graph.finish(self.conn, settings).to_dict()
+        self.report.seconds["graph"] = self.graph.seconds
 
     def add(self, prepared: _Prepared) -> None:
         self.pending.append(prepared)
@@ -282,6 +293,11 @@ class _Writer:
                     copy.write_row(
                         (ids[chunk.index], self.model_id, _as_vector(vectors[chunk.content_sha]))
                     )
+            self.graph.write(
+                conn, document_id, source_uri=prepared.source_uri, title=prepared.title,
+                content_sha=prepared.content_sha, chunks=prepared.chunks, links=prepared.links,
+                is_new=prepared.is_new,
+            )  # fmt: skip
         if prepared.is_new:
             self.report.new += 1
         else:
@@ -429,6 +445,7 @@ def ingest_documents(
                 )
             )
         writer.flush()
+        writer.finish_graph(settings)
         _analyze(conn, report)
     report.seconds["total"] = time.perf_counter() - started
     return report
@@ -629,6 +646,7 @@ def ingest_paths(
                 if prepared is not None:
                     writer.add(prepared)
             writer.flush()
+            writer.finish_graph(settings)
         except PgkbError as exc:
             if isinstance(exc, ConfigError | DatabaseError):
                 raise
@@ -678,7 +696,8 @@ def _prepare_file(
         report.fail(source, f"cannot extract: {type(exc).__name__}: {exc}")
         return None
     metadata = {**_file_metadata(path, data, mime), **extracted.metadata, **meta}
-    return _Prepared(source, title, sha, category, metadata, chunks, previous is None)
+    links = resolve_links(source, extracted.links)
+    return _Prepared(source, title, sha, category, metadata, chunks, previous is None, links)
 
 
 def _like_prefix(root: Path) -> str:
