@@ -67,7 +67,7 @@ def test_first_request_has_the_contract_hits_catalogue_and_tools(
     assert "Catalogue of matching documents:" in user["content"]
     assert f"document_id: {corpus['Index Types']}" in user["content"]
     names = [t["function"]["name"] for t in request.body["tools"]]
-    assert names == ["search_chunks", "read_document"]  # no kb.explore_graph: no graph tool
+    assert names == ["search_chunks", "read_document", "explore_graph"]
     assert request.body["tool_choice"] == "auto"
     assert answer.mode == "agent" and answer.steps == 1
     assert answer.answer == "B-tree [Index Types]." and answer.citations
@@ -342,6 +342,11 @@ def test_weak_retrieval_abstains_before_the_agent_starts(
 
 # --- the graph tool ---------------------------------------------------------------------------
 
+DROP_EXPLORE_GRAPH = (
+    "DROP FUNCTION kb.explore_graph(uuid, text, integer, text[], jsonb, uuid[], integer)"
+)
+"""The schema's own kb.explore_graph: dropped where a test installs a hand-made one."""
+
 EXPLORE_GRAPH = """
 CREATE FUNCTION kb.explore_graph(document_id uuid, hops integer DEFAULT 1)
 RETURNS TABLE (document_id uuid, title text, source_uri text, relation_type text, depth integer)
@@ -360,6 +365,8 @@ def test_the_graph_tool_appears_only_with_kb_explore_graph(
     kb_settings: Settings,
     fake_openai: FakeOpenAI,
 ) -> None:
+    assert graph_function(conn) is not None
+    conn.execute(DROP_EXPLORE_GRAPH)
     assert graph_function(conn) is None
     conn.execute(EXPLORE_GRAPH)
     conn.execute(
@@ -487,6 +494,7 @@ def test_a_database_error_in_a_tool_is_reported_to_the_model(
     kb_settings: Settings,
     fake_openai: FakeOpenAI,
 ) -> None:
+    conn.execute(DROP_EXPLORE_GRAPH)
     conn.execute(RAISING_GRAPH)
     conn.commit()
     doc = corpus["Index Types"]
