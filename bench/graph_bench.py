@@ -123,9 +123,12 @@ def main() -> int:
                     keys = set(before) | set(after)
                     changed = {k for k in keys if before.get(k) != after.get(k)}
                     scope = "only the edited page" if changed <= {row[0]} else "others too"
-                    print(f"| edit {args.page} (one link removed), re-ingest | "
-                          f"{again.changed} changed, {again.seconds.get('total', 0):.1f} s; "
-                          f"sources whose edge count changed: {len(changed)} ({scope}) |")  # fmt: skip
+                    seconds = again.seconds.get("total", 0)
+                    print(
+                        f"| edit {args.page} (one link removed), re-ingest | "
+                        f"{again.changed} changed, {seconds:.1f} s; "
+                        f"sources whose edge count changed: {len(changed)} ({scope}) |"
+                    )
         if args.with_model:
             _with_model(url, settings, args.with_model)
     finally:
