@@ -294,3 +294,12 @@ def test_candidates_are_ranked_by_shared_entities_and_words() -> None:
     assert len(ranked) == llm.MAX_CANDIDATES and "c" not in [c.document_id for c in ranked]
     assert [c.short_id for c in ranked[:3]] == ["D1", "D2", "D3"]
     assert llm.rank_candidates("me", "T", "", [], [("me", "T", "", [])]) == []
+
+
+def test_agent_chat_model_falls_back_to_chat_model() -> None:
+    from loader.settings import load_settings
+
+    assert load_settings(env={}, chat_model="big").agent_model == "big"
+    cheap = load_settings(env={"PGKB_AGENT_CHAT_MODEL": "small"}, chat_model="big")
+    assert (cheap.agent_chat_model, cheap.agent_model) == ("small", "small")
+    assert load_settings(env={}).agent_model is None
