@@ -46,8 +46,8 @@ SELECT count(*), count(*) FILTER (WHERE EXISTS (
   FROM kb.document_links l
 """
 NEIGHBOURS = """
-SELECT count(*) FILTER (WHERE g.path -> 0 ->> 'source_id' = %(id)s),
-       count(*) FILTER (WHERE g.path -> 0 ->> 'target_id' = %(id)s),
+SELECT count(*) FILTER (WHERE g.path -> 0 ->> 'source_id' = %(id)s::text),
+       count(*) FILTER (WHERE g.path -> 0 ->> 'target_id' = %(id)s::text),
        count(*) FILTER (WHERE g.distance = 1)
   FROM kb.explore_graph(start_document => %(id)s::uuid, max_depth => 1, max_results => 500) g
  WHERE g.distance = 1

@@ -230,6 +230,13 @@ def extract_html(data: bytes) -> Extracted:
     if isinstance(description, Tag) and description.get("content"):
         metadata["description"] = normalize_inline(str(description.get("content")))
 
+    # the manual's back-of-the-book index links with a.indexterm, dropped from the text below
+    index_links = [
+        (str(a.get("href")), normalize_inline(a.get_text(" ")))
+        for a in soup.select("a.indexterm[href]")
+        if not a.find_parent(["nav"])
+        and not a.find_parent("div", class_=["navheader", "navfooter"])
+    ]
     for name in _DROP_TAGS:
         for tag in soup.find_all(name):
             tag.decompose()
@@ -242,7 +249,7 @@ def extract_html(data: bytes) -> Extracted:
     # a page's table of contents repeats headings found elsewhere: set aside, unless the page
     # is nothing but its contents (a chapter's index page), which is then what it says
     tocs = [toc.extract() for toc in body.select("div.toc")]
-    links = [
+    links = index_links + [
         (str(a.get("href")), normalize_inline(a.get_text(" ")))
         for a in body.find_all("a", href=True)
     ]

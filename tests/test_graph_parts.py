@@ -147,9 +147,11 @@ def test_html_links_skip_navigation_and_tables_of_contents() -> None:
     <a accesskey="u" href="sql-commands.html">Up</a></div>
     <div class="toc"><a href="#notes">Notes</a><a href="sql-createindex.html#x">Self</a></div>
     <h1>CREATE INDEX</h1><p>See <a href="sql-altertable.html">ALTER TABLE</a> and
-    <a href="indexes.html#ix">Chapter 11</a>.</p>
+    <a href="indexes.html#ix">Chapter 11</a>.<a class="indexterm" name="id-1"></a></p>
+    <dl><dt>acosd, <a class="indexterm" href="functions-math.html">Math</a></dt></dl>
     <div class="navfooter"><a href="sql-createlanguage.html">Next</a></div></body></html>"""
     assert extract(page, "sql-createindex.html").links == [
+        ("functions-math.html", "Math"),  # a back-of-the-book index entry
         ("sql-altertable.html", "ALTER TABLE"),
         ("indexes.html#ix", "Chapter 11"),
     ]
