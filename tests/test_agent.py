@@ -71,7 +71,7 @@ def test_first_request_has_the_contract_hits_catalogue_and_tools(
     assert "Catalogue of matching documents:" in user["content"]
     assert f"document_id: {corpus['Index Types']}" in user["content"]
     names = [t["function"]["name"] for t in request.body["tools"]]
-    assert names == ["search_chunks", "read_document"]  # no kb.explore_graph: no graph tool
+    assert names == ["search_chunks", "read_document", "explore_graph"]
     assert request.body["tool_choice"] == "auto"
     assert answer.mode == "agent" and answer.steps == 1
     assert answer.answer == "B-tree [Index Types]." and answer.citations
