@@ -69,6 +69,8 @@ def abstained_answer(
     passages: Sequence[Passage],
     reason: str,
     signals: Mapping[str, Any] | None = None,
+    *,
+    category: str | None = None,
 ) -> Answer:
     """ "I don't know" with the closest sources found, and why."""
     return Answer(
@@ -77,7 +79,7 @@ def abstained_answer(
         abstained=True,
         mode="abstained",
         citations=[],
-        related_documents=related_documents(conn, [], passages),
+        related_documents=related_documents(conn, [], passages, category=category),
         context=list(passages),
         notes=[f"retrieval too weak to answer: {reason}"],
         abstention={"reason": reason, "signals": dict(signals or {})},
@@ -93,6 +95,7 @@ def fallback_answer(
     notes: Sequence[str] = (),
     hint: str | None = None,
     steps: int = 0,
+    category: str | None = None,
 ) -> Answer:
     """The extractive answer: the best passages, cited, instead of prose."""
     shown = list(passages[:3])
@@ -102,7 +105,7 @@ def fallback_answer(
         abstained=False,
         mode=mode,
         citations=shown,
-        related_documents=related_documents(conn, shown, passages),
+        related_documents=related_documents(conn, shown, passages, category=category),
         context=list(passages),
         notes=list(notes),
         hint=hint,
@@ -121,6 +124,7 @@ def checked_answer(
     steps: int,
     mode: str = "model",
     notes: Sequence[str] = (),
+    category: str | None = None,
 ) -> Answer:
     all_notes = list(notes)
     if checked.removed_citations:
@@ -137,7 +141,7 @@ def checked_answer(
         abstained=checked.abstained,
         mode=mode,
         citations=cited,
-        related_documents=related_documents(conn, cited, retrieved),
+        related_documents=related_documents(conn, cited, retrieved, category=category),
         context=list(context),
         removed_citations=checked.removed_citations,
         notes=all_notes,

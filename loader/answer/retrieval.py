@@ -93,6 +93,8 @@ class Retrieval:
     """The passages of ``hits``."""
     decision: AbstentionDecision
     notes: list[str]
+    category: str | None = None
+    """The category the question is scoped to (None: all)."""
 
 
 def retrieve(
@@ -120,7 +122,9 @@ def retrieve(
     )
     hits, passages = wide_hits[: settings.match_count], wide[: settings.match_count]
     decision = (gate or default_gate)(conn, settings, query_text, hits)
-    return Retrieval(question, query_text, embedding, wide, hits, passages, decision, notes)
+    return Retrieval(
+        question, query_text, embedding, wide, hits, passages, decision, notes, category
+    )
 
 
 def settle(
@@ -132,10 +136,20 @@ def settle(
     if not retrieval.hits or decision.abstain:
         reason = decision.reason if decision.abstain else "retrieval found nothing"
         return abstained_answer(
-            conn, retrieval.question, retrieval.passages, reason, decision.signals
+            conn,
+            retrieval.question,
+            retrieval.passages,
+            reason,
+            decision.signals,
+            category=retrieval.category,
         )
     if client is None:
         return fallback_answer(
-            conn, retrieval.question, retrieval.passages, mode="extractive", hint=CONFIGURE_HINT
+            conn,
+            retrieval.question,
+            retrieval.passages,
+            mode="extractive",
+            hint=CONFIGURE_HINT,
+            category=retrieval.category,
         )
     return None

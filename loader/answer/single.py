@@ -98,6 +98,16 @@ def _model_answer(
             mode="fallback",
             notes=[f"{exc.message}; showing the retrieved passages instead"],
             steps=1,
+            category=found.category,
         )
     checked = check_citations(reply.content, context)
-    return checked_answer(conn, question, reply.content, checked, context, passages, steps=1)
+    return checked_answer(
+        conn,
+        question,
+        reply.content,
+        checked,
+        context,
+        passages,
+        steps=1,
+        category=found.category,
+    )

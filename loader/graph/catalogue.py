@@ -15,59 +15,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg.rows import class_row
+
+from loader.db import queries
 from loader.errors import PgkbError
 
 CATALOGUE_SIZE = 15
-
-SQL_BY_ID = "SELECT id::text FROM kb.documents WHERE id = %s"
-SQL_BY_SOURCE = "SELECT id::text FROM kb.documents WHERE source_uri = %s"
-SQL_BY_SUFFIX = """
-SELECT id::text, source_uri FROM kb.documents
- WHERE right(source_uri, length(%(suffix)s)) = %(suffix)s
- ORDER BY source_uri LIMIT 6
-"""
-SQL_LIST = """
-SELECT d.id::text, d.title, d.source_uri, d.category, d.doc_type, d.summary, d.key_entities,
-       (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::integer AS chunks,
-       (SELECT count(*) FROM kb.document_relations r
-         WHERE r.source_id = d.id)::integer AS edges_out,
-       (SELECT count(*) FROM kb.document_relations r WHERE r.target_id = d.id)::integer AS edges_in,
-       d.updated_at
-  FROM kb.documents d
- WHERE %(category)s::text IS NULL OR d.category = %(category)s
- ORDER BY d.title, d.source_uri
- LIMIT %(limit)s
-"""
-SQL_SHOW = """
-SELECT d.id::text, d.title, d.source_uri, d.category, d.doc_type, d.summary, d.key_entities,
-       d.toc, d.metadata_origin, d.metadata, d.created_at, d.updated_at,
-       (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::integer AS chunks
-  FROM kb.documents d WHERE d.id = %s
-"""
-SQL_EDGES = """
-SELECT 'out', r.relation_type, r.origin, r.evidence, o.id::text, o.title, o.source_uri
-  FROM kb.document_relations r JOIN kb.documents o ON o.id = r.target_id
- WHERE r.source_id = %(id)s
-UNION ALL
-SELECT 'in', r.relation_type, r.origin, r.evidence, o.id::text, o.title, o.source_uri
-  FROM kb.document_relations r JOIN kb.documents o ON o.id = r.source_id
- WHERE r.target_id = %(id)s
- ORDER BY 1 DESC, 6, 5, 2
-"""
-SQL_UNRESOLVED = """
-SELECT l.target_uri, l.anchor FROM kb.document_links l
- WHERE l.source_id = %s
-   AND NOT EXISTS (SELECT 1 FROM kb.documents d WHERE d.source_uri = l.target_uri)
- ORDER BY l.target_uri
-"""
-SQL_EXPLORE = """
-SELECT document_id::text, title, source_uri, category, doc_type, summary, key_entities,
-       distance, path, edges
-  FROM kb.explore_graph(start_document => %(start)s, query_text => %(query)s,
-                        max_depth => %(depth)s, relation_types => %(types)s,
-                        filters => %(filters)s::jsonb, document_ids => %(ids)s::uuid[],
-                        max_results => %(limit)s)
-"""
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
@@ -100,19 +53,20 @@ def find_document(conn: Any, ref: str) -> str:
     source_uri (``sql-createindex.html``). :class:`DocumentNotFound` otherwise."""
     ref = ref.strip()
     if _UUID.match(ref):
-        row = conn.execute(SQL_BY_ID, (ref,)).fetchone()
+        row = conn.execute(queries.DOCUMENT_ID_BY_ID, (ref,)).fetchone()
         if row:
             return str(row[0])
-    row = conn.execute(SQL_BY_SOURCE, (ref,)).fetchone()
+    row = conn.execute(queries.DOCUMENT_ID_BY_SOURCE, (ref,)).fetchone()
     if row:
         return str(row[0])
     if ref:
         suffix = ref if ref.startswith("/") else "/" + ref
-        rows = conn.execute(SQL_BY_SUFFIX, {"suffix": suffix}).fetchall()
+        with conn.cursor(row_factory=class_row(queries.DocumentRef)) as cur:
+            rows = cur.execute(queries.DOCUMENTS_BY_SOURCE_SUFFIX, {"suffix": suffix}).fetchall()
         if len(rows) == 1:
-            return str(rows[0][0])
+            return str(rows[0].document_id)
         if len(rows) > 1:
-            names = ", ".join(r[1] for r in rows[:5])
+            names = ", ".join(r.source_uri for r in rows[:5])
             raise DocumentNotFound(
                 f"{ref!r} matches several documents: {names}",
                 hint="give more of the path, the full source, or the document id",
@@ -126,31 +80,28 @@ def find_document(conn: Any, ref: str) -> str:
 def list_documents(
     conn: Any, category: str | None = None, limit: int = 10_000
 ) -> list[dict[str, Any]]:
-    rows = conn.execute(SQL_LIST, {"category": category, "limit": limit}).fetchall()
-    keys = ("id", "title", "source_uri", "category", "doc_type", "summary", "key_entities",
-            "chunks", "edges_out", "edges_in", "updated_at")  # fmt: skip
-    return [dict(zip(keys, row, strict=True)) for row in rows]
+    with conn.cursor(row_factory=class_row(queries.DocumentListRow)) as cur:
+        rows = cur.execute(queries.LIST_DOCUMENTS, {"category": category, "limit": limit})
+        return [dataclasses.asdict(row) for row in rows.fetchall()]
 
 
 def show_document(conn: Any, document_id: str) -> dict[str, Any]:
-    row = conn.execute(SQL_SHOW, (document_id,)).fetchone()
+    with conn.cursor(row_factory=class_row(queries.DocumentDetailRow)) as cur:
+        row = cur.execute(queries.SHOW_DOCUMENT, (document_id,)).fetchone()
     if row is None:
         raise DocumentNotFound(f"no document {document_id} in the knowledge base")
-    keys = ("id", "title", "source_uri", "category", "doc_type", "summary", "key_entities", "toc",
-            "metadata_origin", "metadata", "created_at", "updated_at", "chunks")  # fmt: skip
-    info = dict(zip(keys, row, strict=True))
+    info = dataclasses.asdict(row)
     info["edges_out"], info["edges_in"] = [], []
-    for direction, kind, origin, evidence, other, title, uri in conn.execute(
-        SQL_EDGES, {"id": document_id}
-    ).fetchall():
-        info[f"edges_{direction}"].append(
-            {"relation_type": kind, "origin": origin, "evidence": evidence, "document_id": other,
-             "title": title, "source_uri": uri}
-        )  # fmt: skip
-    info["unresolved_links"] = [
-        {"target_uri": uri, "anchor": anchor}
-        for uri, anchor in conn.execute(SQL_UNRESOLVED, (document_id,)).fetchall()
-    ]
+    with conn.cursor(row_factory=class_row(queries.DocumentEdgeRow)) as cur:
+        for edge in cur.execute(queries.DOCUMENT_EDGES, {"id": document_id}).fetchall():
+            info[f"edges_{edge.direction}"].append(
+                {"relation_type": edge.relation_type, "origin": edge.origin,
+                 "evidence": edge.evidence, "document_id": edge.document_id,
+                 "title": edge.title, "source_uri": edge.source_uri}
+            )  # fmt: skip
+    with conn.cursor(row_factory=class_row(queries.UnresolvedLinkRow)) as cur:
+        links = cur.execute(queries.UNRESOLVED_LINKS, (document_id,)).fetchall()
+    info["unresolved_links"] = [dataclasses.asdict(link) for link in links]
     return info
 
 
@@ -166,22 +117,24 @@ def explore(
     limit: int = 50,
 ) -> list[GraphNode]:
     """Rows of ``kb.explore_graph`` (its errors, e.g. depth 4, raise psycopg errors)."""
-    rows = conn.execute(
-        SQL_EXPLORE,
-        {
-            "start": start,
-            "query": query,
-            "depth": depth,
-            "types": list(relation_types) if relation_types else None,
-            "filters": json.dumps(filters or {}),
-            "ids": list(document_ids) if document_ids else None,
-            "limit": limit,
-        },
-    ).fetchall()
+    with conn.cursor(row_factory=class_row(queries.GraphNodeRow)) as cur:
+        rows = cur.execute(
+            queries.EXPLORE_GRAPH,
+            {
+                "start": start,
+                "query": query,
+                "depth": depth,
+                "types": list(relation_types) if relation_types else None,
+                "filters": json.dumps(filters or {}),
+                "ids": list(document_ids) if document_ids else None,
+                "limit": limit,
+            },
+        ).fetchall()
     return [
-        GraphNode(r[0], r[1], r[2], r[3], r[4], r[5], list(r[6] or []), r[7], r[8], r[9] or [])
+        GraphNode(r.document_id, r.title, r.source_uri, r.category, r.doc_type, r.summary,
+                  list(r.key_entities or []), r.distance, r.path, r.edges or [])
         for r in rows
-    ]
+    ]  # fmt: skip
 
 
 # --- for the agent and `pgkb ask` ----------------------------------------------------------------

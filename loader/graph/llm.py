@@ -26,6 +26,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg.rows import class_row
+
+from loader.db import queries
 from loader.graph.metadata import DOC_TYPES, STOP_WORDS, DocumentMetadata, TocEntry
 
 log = logging.getLogger(__name__)
@@ -41,18 +44,6 @@ MAX_ENTITIES = 15
 MAX_TOC = 200
 MAX_SUMMARY = 800
 MAX_EVIDENCE = 200
-
-SQL_DOCUMENT = """
-SELECT d.title, d.source_uri, d.content_sha, d.summary, d.key_entities, d.toc,
-       (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::integer
-  FROM kb.documents d WHERE d.id = %s
-"""
-SQL_FIRST_CHUNKS = """
-SELECT chunk_index, heading_path, content FROM kb.chunks
- WHERE document_id = %s ORDER BY chunk_index LIMIT 40
-"""
-SQL_PROFILES = "SELECT id::text, title, coalesce(summary, ''), key_entities FROM kb.documents"
-SQL_DROP_LLM_OUT = "DELETE FROM kb.document_relations WHERE source_id = %s AND origin = 'llm'"
 
 SYSTEM_PROMPT = """You describe one document of a knowledge base. Answer with ONE JSON object \
 and nothing else (no prose, no code fence), with these keys:
@@ -328,11 +319,11 @@ def _parse_edges(raw: Any, document_id: str, candidates: Sequence[Candidate]) ->
 
 
 def _chat(settings: Any) -> Any:
-    import openai
+    from loader.providers.openai_compat import make_client
 
-    return openai.OpenAI(
-        api_key=settings.chat_api_key or "not-needed",
-        base_url=settings.chat_base_url or None,
+    return make_client(
+        base_url=settings.chat_base_url,
+        api_key=settings.chat_api_key,
         timeout=settings.chat_timeout,
         max_retries=min(settings.chat_max_retries, 1),
     )
@@ -351,7 +342,7 @@ def complete(client: Any, model: str, messages: list[dict[str, str]]) -> str | N
 def enrich_documents(conn: Any, settings: Any, document_ids: Sequence[str], stats: Any) -> None:
     """The chat model's metadata and edges for ``document_ids``; never raises for the model."""
     from loader.graph.metadata import deterministic
-    from loader.graph.store import SQL_INSERT_EDGE, store_metadata
+    from loader.graph.store import store_metadata
 
     try:
         client = _chat(settings)
@@ -359,16 +350,29 @@ def enrich_documents(conn: Any, settings: Any, document_ids: Sequence[str], stat
         log.warning("chat model unusable, keeping deterministic metadata: %s", exc)
         stats.llm_fallbacks += len(document_ids)
         return
-    profiles = [tuple(r) for r in conn.execute(SQL_PROFILES).fetchall()]
+    with conn.cursor(row_factory=class_row(queries.DocumentProfileRow)) as cur:
+        profiles = [
+            (r.document_id, r.title, r.summary, list(r.key_entities or []))
+            for r in cur.execute(queries.DOCUMENT_PROFILES).fetchall()
+        ]
     conn.commit()
     for document_id in document_ids:
-        row = conn.execute(SQL_DOCUMENT, (document_id,)).fetchone()
-        chunks = conn.execute(SQL_FIRST_CHUNKS, (document_id,)).fetchall() if row else []
+        with conn.cursor(row_factory=class_row(queries.DocumentForMetadataRow)) as cur:
+            row = cur.execute(queries.DOCUMENT_FOR_METADATA, (document_id,)).fetchone()
+        chunks: list[tuple[int, str, str]] = []
+        if row is not None:
+            with conn.cursor(row_factory=class_row(queries.ChunkTextRow)) as cur:
+                chunks = [
+                    (c.chunk_index, c.heading_path, c.content)
+                    for c in cur.execute(queries.FIRST_CHUNKS, (document_id,)).fetchall()
+                ]
         conn.commit()
         if row is None:
             stats.llm_skipped += 1
             continue
-        title, source, content_sha, summary, entities, toc, chunk_count = row
+        title, source, content_sha = row.title, row.source_uri, row.content_sha
+        summary, entities, toc = row.summary, row.key_entities, row.toc
+        chunk_count = row.chunk_count
         candidates = rank_candidates(document_id, title, summary or "", entities or [], profiles)
         messages = build_messages(title, toc or [], chunks, chunk_count, candidates)
 
@@ -395,10 +399,10 @@ def enrich_documents(conn: Any, settings: Any, document_ids: Sequence[str], stat
             if not store_metadata(conn, document_id, metadata, content_sha=content_sha):
                 stats.llm_skipped += 1  # deleted or changed while the model was answering
                 continue
-            conn.execute(SQL_DROP_LLM_OUT, (document_id,))
+            conn.execute(queries.DELETE_LLM_RELATIONS, (document_id,))
             for edge in edges:
                 stats.llm_edges += conn.execute(
-                    SQL_INSERT_EDGE,
+                    queries.INSERT_RELATION,
                     {
                         "source": edge.source_id,
                         "target": edge.target_id,

@@ -22,67 +22,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg.rows import class_row
+
+from loader.db import queries
 from loader.graph.links import Link, MentionIndex
 from loader.graph.metadata import ChunkLike, DocumentMetadata, deterministic
 
 log = logging.getLogger(__name__)
-
-# --- the SQL this module sends ------------------------------------------------------------------
-
-SQL_METADATA_SHA = "SELECT metadata_sha FROM kb.documents WHERE id = %s"
-SQL_SET_METADATA = """
-UPDATE kb.documents
-   SET summary = %(summary)s, doc_type = %(doc_type)s, key_entities = %(key_entities)s,
-       toc = %(toc)s::jsonb, metadata_origin = %(origin)s, metadata_sha = content_sha
- WHERE id = %(id)s
-"""
-SQL_SET_METADATA_IF_CURRENT = SQL_SET_METADATA.replace(
-    "WHERE id = %(id)s", "WHERE id = %(id)s AND content_sha = %(content_sha)s"
-)
-SQL_DROP_OUTGOING = "DELETE FROM kb.document_relations WHERE source_id = %s"
-SQL_DROP_LINKS = "DELETE FROM kb.document_links WHERE source_id = %s"
-SQL_INSERT_LINKS = """
-INSERT INTO kb.document_links (source_id, target_uri, href, anchor)
-SELECT %(id)s, l.target_uri, l.href, l.anchor
-  FROM unnest(%(targets)s::text[], %(hrefs)s::text[], %(anchors)s::text[])
-       AS l(target_uri, href, anchor)
-ON CONFLICT (source_id, target_uri) DO NOTHING
-"""
-SQL_LINK_EDGES_OUT = """
-INSERT INTO kb.document_relations (source_id, target_id, relation_type, origin, evidence)
-SELECT l.source_id, d.id, 'references', 'link', nullif(l.anchor, '')
-  FROM kb.document_links l
-  JOIN kb.documents d ON d.source_uri = l.target_uri
- WHERE l.source_id = %(id)s AND d.id <> l.source_id
-ON CONFLICT (source_id, target_id, relation_type) DO NOTHING
-"""
-SQL_LINK_EDGES_IN = """
-INSERT INTO kb.document_relations (source_id, target_id, relation_type, origin, evidence)
-SELECT l.source_id, %(id)s, 'references', 'link', nullif(l.anchor, '')
-  FROM kb.document_links l
- WHERE l.target_uri = %(uri)s AND l.source_id <> %(id)s
-ON CONFLICT (source_id, target_id, relation_type) DO NOTHING
-"""
-SQL_ALL_DOCUMENTS = "SELECT id::text, title, source_uri FROM kb.documents"
-SQL_CHUNK_TEXTS = """
-SELECT content FROM kb.chunks WHERE document_id = %s ORDER BY chunk_index LIMIT %s
-"""
-SQL_MENTION_CANDIDATES = """
-SELECT DISTINCT c.document_id::text
-  FROM kb.chunks c
- WHERE c.tsv @@ phraseto_tsquery('english', %(phrase)s)
-   AND c.document_id <> ALL(%(exclude)s::uuid[])
- LIMIT 500
-"""
-SQL_INSERT_EDGE = """
-INSERT INTO kb.document_relations
-       (source_id, target_id, relation_type, origin, evidence, confidence)
-SELECT %(source)s, %(target)s, %(type)s, %(origin)s, %(evidence)s, %(confidence)s
- WHERE EXISTS (SELECT 1 FROM kb.documents WHERE id = %(source)s)
-   AND EXISTS (SELECT 1 FROM kb.documents WHERE id = %(target)s)
-ON CONFLICT (source_id, target_id, relation_type) DO NOTHING
-"""
-SQL_LINK_COUNT = "SELECT count(*) FROM kb.document_links WHERE source_id = %s"
 
 MENTION_CHUNKS = 2000
 """Mentions are looked for in at most this many chunks of a document (bounded work)."""
@@ -136,14 +82,14 @@ class GraphWriter:
     ) -> None:
         """Metadata, links and link edges of one document, in the caller's transaction."""
         started = time.perf_counter()
-        row = conn.execute(SQL_METADATA_SHA, (document_id,)).fetchone()
+        row = conn.execute(queries.METADATA_SHA, (document_id,)).fetchone()
         if row is None or row[0] != content_sha:
             store_metadata(conn, document_id, deterministic(title, source_uri, chunks))
-        conn.execute(SQL_DROP_OUTGOING, (document_id,))
-        conn.execute(SQL_DROP_LINKS, (document_id,))
+        conn.execute(queries.DELETE_OUTGOING_RELATIONS, (document_id,))
+        conn.execute(queries.DELETE_DOCUMENT_LINKS, (document_id,))
         if links:
             conn.execute(
-                SQL_INSERT_LINKS,
+                queries.INSERT_DOCUMENT_LINKS,
                 {
                     "id": document_id,
                     "targets": [link.target_uri for link in links],
@@ -152,9 +98,10 @@ class GraphWriter:
                 },
             )
             self.stats.links += len(links)
-            self.stats.link_edges += conn.execute(SQL_LINK_EDGES_OUT, {"id": document_id}).rowcount
+            out = conn.execute(queries.LINK_EDGES_OUT, {"id": document_id})
+            self.stats.link_edges += out.rowcount
         self.stats.link_edges += conn.execute(
-            SQL_LINK_EDGES_IN, {"id": document_id, "uri": source_uri}
+            queries.LINK_EDGES_IN, {"id": document_id, "uri": source_uri}
         ).rowcount
         self.written.append(_Written(str(document_id), title, source_uri, content_sha, is_new))
         self.seconds += time.perf_counter() - started
@@ -174,7 +121,11 @@ class GraphWriter:
         return self.stats
 
     def _mentions(self, conn: Any) -> None:
-        documents = conn.execute(SQL_ALL_DOCUMENTS).fetchall()
+        with conn.cursor(row_factory=class_row(queries.DocumentNameRow)) as cur:
+            documents = [
+                (r.document_id, r.title, r.source_uri)
+                for r in cur.execute(queries.DOCUMENT_NAMES).fetchall()
+            ]
         conn.commit()
         index = MentionIndex.build(documents)
         if not index.by_first_word and not index.by_file_name:
@@ -182,9 +133,7 @@ class GraphWriter:
         written_ids = [w.document_id for w in self.written]
         found: list[tuple[str, str, str]] = []  # (source, target, evidence)
         for item in self.written:  # outgoing, against every document
-            texts = [
-                r[0] for r in conn.execute(SQL_CHUNK_TEXTS, (item.document_id, MENTION_CHUNKS))
-            ]
+            texts = _chunk_texts(conn, item.document_id)
             for target, evidence in index.find(item.document_id, texts).items():
                 found.append((item.document_id, target, evidence))
         # incoming, for new documents: from the documents this run did not write
@@ -194,7 +143,7 @@ class GraphWriter:
             # many new documents: one pass over the other documents' text
             new_index = MentionIndex.build([(w.document_id, w.title, w.source_uri) for w in new])
             for source in others:
-                texts = [r[0] for r in conn.execute(SQL_CHUNK_TEXTS, (source, MENTION_CHUNKS))]
+                texts = _chunk_texts(conn, source)
                 for target, evidence in new_index.find(source, texts).items():
                     found.append((source, target, evidence))
             new = []
@@ -204,10 +153,10 @@ class GraphWriter:
                        for words, _ in entries] + list(single.by_file_name)  # fmt: skip
             for phrase in phrases:
                 rows = conn.execute(
-                    SQL_MENTION_CANDIDATES, {"phrase": phrase, "exclude": written_ids}
+                    queries.MENTION_CANDIDATES, {"phrase": phrase, "exclude": written_ids}
                 ).fetchall()
                 for (source,) in rows:
-                    texts = [r[0] for r in conn.execute(SQL_CHUNK_TEXTS, (source, MENTION_CHUNKS))]
+                    texts = _chunk_texts(conn, source)
                     hit = single.find(source, texts).get(item.document_id)
                     if hit:
                         found.append((source, item.document_id, hit))
@@ -215,7 +164,7 @@ class GraphWriter:
         with conn.transaction():
             for source, target, evidence in found:
                 self.stats.mention_edges += conn.execute(
-                    SQL_INSERT_EDGE,
+                    queries.INSERT_RELATION,
                     {
                         "source": source,
                         "target": target,
@@ -241,5 +190,14 @@ def store_metadata(
         "origin": metadata.origin,
         "content_sha": content_sha,
     }
-    query = SQL_SET_METADATA if content_sha is None else SQL_SET_METADATA_IF_CURRENT
+    query = (
+        queries.SET_DOCUMENT_METADATA
+        if content_sha is None
+        else queries.SET_DOCUMENT_METADATA_IF_CURRENT
+    )
     return bool(conn.execute(query, params).rowcount)
+
+
+def _chunk_texts(conn: Any, document_id: str) -> list[str]:
+    """The text of a document's first :data:`MENTION_CHUNKS` chunks, in order."""
+    return [r[0] for r in conn.execute(queries.CHUNK_TEXTS, (document_id, MENTION_CHUNKS))]
