@@ -123,6 +123,13 @@ class Settings:
     """The chat model's context window in tokens; bounds the prompt and the agent's reading."""
     agent_max_steps: int = 4
     """Model calls the reader agent (``pgkb ask --agent``) may make per question."""
+    agent_chat_model: str | None = None
+    """A (cheaper) chat model for the reader agent's steps; unset: ``chat_model``."""
+
+    @property
+    def agent_model(self) -> str | None:
+        """The model the reader agent uses: ``agent_chat_model``, else ``chat_model``."""
+        return self.agent_chat_model or self.chat_model
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied (``None`` values are ignored)."""

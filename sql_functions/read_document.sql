@@ -10,9 +10,11 @@
 --   status 'chunks':   the range fits token_budget (or no budget was given): one row per chunk, in
 --                      order (chunk_index = last_chunk_index, content, token_count).
 --   status 'outline':  it does not fit: no text, only the outline of the range, one row per
---                      section (a run of consecutive chunks with the same heading_path, from
---                      kb.chunks.heading_path) with its chunk range chunk_index..last_chunk_index
---                      and its tokens, so the caller can ask for a range that fits.
+--                      section with its chunk range chunk_index..last_chunk_index (clamped to the
+--                      range) and its tokens, so the caller can ask for a range that fits. The
+--                      sections are the document's stored outline (kb.documents.toc: heading_path
+--                      is the entry's title, indented by two spaces per level below 1) when it has
+--                      one, otherwise runs of consecutive chunks with the same kb.chunks.heading_path.
 --   status 'empty':    the document exists but has no chunk in the range (one row, no chunk).
 --   status 'not_found': there is no such document (one row, only document_id set).
 -- token_budget is clamped to 100,000 tokens (NULL or larger values act as 100,000): a longer
@@ -43,7 +45,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     WITH doc AS (
-        SELECT d.id, d.title, d.source_uri,
+        SELECT d.id, d.title, d.source_uri, d.toc,
                (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::integer AS n
           FROM kb.documents d
          WHERE d.id = read_document.document_id
@@ -70,13 +72,35 @@ AS $$
                t.tokens
           FROM total t
     ),
-    sections AS (  -- runs of consecutive chunks sharing a heading_path
-        SELECT g.heading_path, min(g.chunk_index) AS first_index, max(g.chunk_index) AS last_index,
-               sum(g.token_count)::integer AS tokens
+    bounds AS (
+        SELECT min(p.chunk_index) AS lo, max(p.chunk_index) AS hi FROM part p
+    ),
+    stored AS (  -- the stored outline's entries that overlap the range, clamped to it
+        SELECT pg_catalog.repeat('  ', greatest(coalesce((e.entry ->> 'level')::integer, 1) - 1, 0))
+                 || coalesce(e.entry ->> 'title', '') AS heading_path,
+               greatest((e.entry ->> 'chunk_start')::integer, b.lo) AS first_index,
+               least((e.entry ->> 'chunk_end')::integer, b.hi) AS last_index,
+               e.ord
+          FROM doc d, bounds b,
+               pg_catalog.jsonb_array_elements(d.toc) WITH ORDINALITY AS e(entry, ord)
+         WHERE pg_catalog.jsonb_typeof(d.toc) = 'array'
+           AND (e.entry ->> 'chunk_start')::integer <= b.hi
+           AND (e.entry ->> 'chunk_end')::integer >= b.lo
+    ),
+    sections AS (
+        SELECT s.heading_path, s.first_index, s.last_index,
+               (SELECT coalesce(sum(p.token_count), 0)::integer FROM part p
+                 WHERE p.chunk_index BETWEEN s.first_index AND s.last_index) AS tokens,
+               s.ord
+          FROM stored s
+        UNION ALL  -- no stored outline: runs of consecutive chunks sharing a heading_path
+        SELECT g.heading_path, min(g.chunk_index), max(g.chunk_index),
+               sum(g.token_count)::integer, NULL
           FROM (SELECT p.*,
                        row_number() OVER (ORDER BY p.chunk_index)
                          - row_number() OVER (PARTITION BY p.heading_path ORDER BY p.chunk_index) AS run
                   FROM part p) g
+         WHERE NOT EXISTS (SELECT 1 FROM stored)
          GROUP BY g.heading_path, g.run
     )
     SELECT v.status, read_document.document_id, NULL::text, NULL::text, 0, 0,
@@ -95,7 +119,7 @@ AS $$
     (SELECT v.status, d.id, d.title, d.source_uri, d.n, v.tokens,
             NULL, s.first_index, s.last_index, s.heading_path, NULL, s.tokens
        FROM verdict v, doc d, sections s WHERE v.status = 'outline'
-      ORDER BY s.first_index);
+      ORDER BY s.first_index, s.ord);
 $$;
 
 COMMENT ON FUNCTION kb.read_document(uuid, integer, integer, integer) IS

@@ -71,7 +71,7 @@ def test_first_request_has_the_contract_hits_catalogue_and_tools(
     assert "Catalogue of matching documents:" in user["content"]
     assert f"document_id: {corpus['Index Types']}" in user["content"]
     names = [t["function"]["name"] for t in request.body["tools"]]
-    assert names == ["search_chunks", "read_document"]  # no kb.explore_graph: no graph tool
+    assert names == ["search_chunks", "read_document", "explore_graph"]
     assert request.body["tool_choice"] == "auto"
     assert answer.mode == "agent" and answer.steps == 1
     assert answer.answer == "B-tree [Index Types]." and answer.citations
@@ -418,3 +418,194 @@ def test_an_outline_too_long_for_the_budget_is_cut() -> None:
         [f"{i}: Part {i} (50 tokens)" for i in range(200)],
         0,
     )
+
+
+# --- the document graph: explore_graph, the first message's catalogue, the agent's model -------
+
+
+def relate(conn: psycopg.Connection[Any], source: str, target: str, kind: str) -> None:
+    conn.execute(
+        "INSERT INTO kb.document_relations (source_id, target_id, relation_type, evidence) "
+        "VALUES (%s, %s, %s, 'hand-made')",
+        (source, target, kind),
+    )
+    conn.commit()
+
+
+def test_the_first_message_carries_the_graph_catalogue_within_the_category(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    relate(conn, corpus["Index Types"], corpus["VACUUM"], "supplements")
+    relate(conn, corpus["Index Types"], corpus["Checkpoint Tuning"], "references")
+    conn.execute(
+        "UPDATE kb.documents SET summary = 'How VACUUM reclaims dead tuples.', "
+        "doc_type = 'reference', key_entities = '{VACUUM FULL}' WHERE id = %s",
+        (corpus["VACUUM"],),
+    )
+    conn.commit()
+    fake_openai.script(
+        "/v1/chat/completions",
+        chat_reply("B-tree [Index Types]."),
+        chat_reply("B-tree [Index Types]."),
+    )
+    agent(conn, kb_settings)
+    agent(conn, kb_settings, category="manual")
+    everything, manual = (r.body["messages"][1]["content"] for r in chats(fake_openai))
+    graph = everything.split("Document graph (related documents; explore_graph walks it):\n")[1]
+    lines = graph.split("\n\nQuestion:")[0].splitlines()
+    assert lines[0].startswith("Catalogue (3 documents")
+    number = {t: i for i, line in enumerate(lines) for t in corpus if f"] {t} (" in line}
+    assert set(number) == set(corpus)
+    vacuum = lines[number["VACUUM"]]
+    assert f"(reference; id {corpus['VACUUM']}): How VACUUM reclaims dead tuples." in vacuum
+    assert "Entities: VACUUM FULL." in vacuum
+    edges = lines[-1]
+    assert f"[{number['Index Types']}] supplements [{number['VACUUM']}]" in edges
+    assert f"[{number['Index Types']}] references [{number['Checkpoint Tuning']}]" in edges
+    # scoped to one category: the other category's document is not in the map, nor its edge
+    graph = manual.split("Document graph (related documents; explore_graph walks it):\n")[1]
+    assert "Catalogue (2 documents" in graph
+    assert "Checkpoint Tuning" not in graph and corpus["Checkpoint Tuning"] not in graph
+    assert "supplements" in graph and "references" not in graph
+
+
+def test_the_graph_tool_walks_the_graph_within_the_category(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    index, vacuum, checkpoint = (
+        corpus["Index Types"],
+        corpus["VACUUM"],
+        corpus["Checkpoint Tuning"],
+    )
+    relate(conn, index, vacuum, "supplements")
+    relate(conn, checkpoint, index, "references")
+    script = [
+        chat_reply(
+            None,
+            [
+                tool_call("explore_graph", {"document_id": index}, "a"),
+                tool_call("explore_graph", {"document_id": checkpoint}, "b"),
+                tool_call("explore_graph", {"document_id": vacuum, "depth": 9}, "c"),
+                tool_call("explore_graph", {"relation_types": ["likes"]}, "d"),
+                tool_call("explore_graph", {"document_id": index, "query": "vacuum"}, "e"),
+                tool_call("explore_graph", {"query": "dead tuples"}, "f"),
+            ],
+        ),
+        chat_reply("B-tree [Index Types]."),
+    ]
+    fake_openai.script("/v1/chat/completions", *script)
+    answer = agent(conn, kb_settings, category="manual")
+    assert answer.mode == "agent" and answer.answer == "B-tree [Index Types]."
+    around, outside, deep, bad_type, both, matching = tool_results(chats(fake_openai)[1])
+    assert [(d["title"], d.get("distance")) for d in around["documents"]] == [
+        ("Index Types", 0),
+        ("VACUUM", 1),
+    ]  # Checkpoint Tuning links to Index Types, but it is in another category
+    assert around["documents"][1]["path"] == [f"{index} supplements {vacuum}"]
+    assert "outside this question's scope (category 'manual')" in outside["error"]
+    assert [d["title"] for d in deep["documents"]] == ["VACUUM", "Index Types"]
+    assert "depth 9 clamped to 3 (1..3)" in deep["notes"]
+    assert 'unknown relation type "likes"' in bad_type["error"]
+    assert "not both" in both["error"]
+    assert matching["documents"][0]["title"] == "VACUUM"
+    assert "Checkpoint Tuning" not in json.dumps(matching)
+    # without a category the same walk reaches the guide
+    fake_openai.script(
+        "/v1/chat/completions",
+        call("explore_graph", {"document_id": index}, "a"),
+        chat_reply("B-tree [Index Types]."),
+    )
+    agent(conn, kb_settings)
+    (around,) = tool_results(chats(fake_openai)[-1])
+    assert {d["title"] for d in around["documents"]} == {
+        "Index Types",
+        "VACUUM",
+        "Checkpoint Tuning",
+    }
+
+
+EXPLORE_GRAPH_SIGNATURE = "kb.explore_graph(uuid, text, integer, text[], jsonb, uuid[], integer)"
+
+FAILING_EXPLORE_GRAPH = """
+CREATE FUNCTION kb.explore_graph(
+    start_document uuid DEFAULT NULL, query_text text DEFAULT NULL, max_depth integer DEFAULT 1,
+    relation_types text[] DEFAULT NULL, filters jsonb DEFAULT '{}'::jsonb,
+    document_ids uuid[] DEFAULT NULL, max_results integer DEFAULT 50)
+RETURNS TABLE (document_id uuid, title text, source_uri text, category text, doc_type text,
+               summary text, key_entities text[], distance integer, path jsonb, edges jsonb)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF max_depth > 1 THEN
+        RAISE EXCEPTION 'could not read the graph at depth %', max_depth;
+    END IF;
+    RETURN QUERY SELECT * FROM kb.explore_graph_real(
+        start_document, query_text, max_depth, relation_types, filters, document_ids, max_results);
+END
+$$;
+"""
+"""kb.explore_graph failing past one hop (a database error inside the tool), else the real one."""
+
+
+def test_a_database_error_in_a_tool_is_reported_to_the_model(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    relate(conn, corpus["Index Types"], corpus["VACUUM"], "supplements")
+    conn.execute(f"ALTER FUNCTION {EXPLORE_GRAPH_SIGNATURE} RENAME TO explore_graph_real")
+    conn.execute(FAILING_EXPLORE_GRAPH)
+    conn.commit()
+    doc = corpus["Index Types"]
+    fake_openai.script(
+        "/v1/chat/completions",
+        call("explore_graph", {"document_id": doc, "depth": 2}, "a"),
+        call("explore_graph", {"document_id": doc, "depth": 1}, "b"),
+        chat_reply("B-tree [Index Types]."),
+    )
+    answer = agent(conn, kb_settings)
+    requests = chats(fake_openai)
+    assert len(requests) == 3  # the loop went on after the error
+    (failed,) = tool_results(requests[1])
+    assert failed == {
+        "error": "explore_graph failed in the database: could not read the graph at depth 2"
+    }
+    _, worked = tool_results(requests[2])
+    assert [d["title"] for d in worked["documents"]] == ["Index Types", "VACUUM"]
+    assert answer.mode == "agent" and answer.answer == "B-tree [Index Types]."
+
+
+def test_the_agent_uses_agent_chat_model_falling_back_to_chat_model(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import loader.providers.embeddings
+    from loader.answer.ask import ask
+
+    monkeypatch.setattr(
+        loader.providers.embeddings, "get_embedder", lambda settings: HandEmbedder()
+    )
+    fake_openai.script(
+        "/v1/chat/completions",
+        call("search_chunks", {"query": "gin"}),
+        *[chat_reply("B-tree [Index Types].")] * 3,
+    )
+    cheap = kb_settings.replace(agent_chat_model="fake-small")
+    assert ask_agent(QUESTION, cheap)["answer"] == "B-tree [Index Types]."
+    ask(QUESTION, cheap)  # the single-shot answer keeps chat_model
+    ask_agent(QUESTION, kb_settings)  # no agent_chat_model: chat_model
+    assert [r.body["model"] for r in chats(fake_openai)] == [
+        "fake-small",
+        "fake-small",
+        "fake-chat",
+        "fake-chat",
+    ]

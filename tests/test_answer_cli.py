@@ -264,3 +264,24 @@ def test_no_transaction_stays_open_while_the_model_answers(
     assert run(with_chat(env, fake4), ANSWERABLE).exit_code == 0
     assert run(with_chat(env, fake4), "--agent", ANSWERABLE).exit_code == 0
     assert seen == [0, 0]
+
+
+def test_ask_lists_related_documents_from_the_graph_within_the_category(
+    env: dict[str, str], conn: psycopg.Connection[Any], fake4: FakeOpenAI
+) -> None:
+    ids = dict(conn.execute("SELECT title, id FROM kb.documents").fetchall())
+    conn.execute(
+        "INSERT INTO kb.document_relations (source_id, target_id, relation_type) "
+        "VALUES (%s, %s, 'supersedes')",
+        (ids["Index Types"], ids["Checkpoint Tuning"]),
+    )
+    conn.commit()
+    fake4.script("/v1/chat/completions", *[chat_reply("B-tree [Index Types].")] * 2)
+    chat_env = with_chat(env, fake4)
+    everything = json.loads(run(chat_env, ANSWERABLE, "--json").output)
+    assert "Checkpoint Tuning" in {d["title"] for d in everything["related_documents"]}
+    result = run(chat_env, ANSWERABLE, "--category", "manual")
+    assert result.exit_code == 0, result.output
+    assert "Index Types" in result.output
+    # the graph's edge to the guide is not followed outside --category
+    assert "Checkpoint Tuning" not in result.output

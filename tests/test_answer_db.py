@@ -291,6 +291,29 @@ def test_graph_neighbours_of_cited_documents_are_related(
     assert "Index Types" not in related  # cited, so not listed again
 
 
+def test_graph_neighbours_stay_within_the_category(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    for target, kind in (("VACUUM", "supplements"), ("Checkpoint Tuning", "supersedes")):
+        conn.execute(
+            "INSERT INTO kb.document_relations (source_id, target_id, relation_type) "
+            "VALUES (%s, %s, %s)",
+            (corpus["Index Types"], corpus[target], kind),
+        )
+    conn.commit()
+    fake_openai.script("/v1/chat/completions", *[chat_reply("B-tree [Index Types].")] * 2)
+    everything = ask(conn, kb_settings, "Which index type is the default?")
+    related = {d.title: d.relation for d in everything.related_documents}
+    assert related == {"VACUUM": "supplements", "Checkpoint Tuning": "retrieved"}
+    manual = ask(conn, kb_settings, "Which index type is the default?", category="manual")
+    related = {d.title: d.relation for d in manual.related_documents}
+    # the graph's edge to the guide is not followed outside the question's category
+    assert "Checkpoint Tuning" not in related and related["VACUUM"] in ("supplements", "retrieved")
+
+
 def test_overlapping_neighbour_windows_become_one_passage_without_repeats(
     conn: psycopg.Connection[Any], corpus: dict[str, str]
 ) -> None:

@@ -3,8 +3,11 @@
 :func:`run_agent` (``pgkb ask --agent``, and :func:`loader.answer.ask.ask_agent` for other
 programs) starts from
 the shared retrieval step (:func:`loader.answer.retrieval.retrieve`, with a wider first search
-for a short catalogue of the documents it matched), then let the chat model call the tools of
-:mod:`loader.answer.tools` for at most ``agent_max_steps`` model calls (default 4). The caller
+for a short catalogue of the documents it matched), adds the document graph's catalogue of up
+to 15 documents relevant to the question (:func:`loader.graph.catalogue.catalogue_for_question`:
+summaries, types, entities and the edges among them, within the question's category), then
+lets the chat model call the tools of :mod:`loader.answer.tools` for at most
+``agent_max_steps`` model calls (default 4). The caller
 receives only the distilled answer, its citations (checked against every chunk the agent saw)
 and related documents, never the transcript. A model or network failure returns the hybrid hits
 as the answer instead of failing.
@@ -35,9 +38,11 @@ from loader.answer.tools import (
     CATALOGUE_CANDIDATES,
     CATALOGUE_SIZE,
     FIRST_MESSAGE_SHARE,
+    GRAPH_CATALOGUE_SHARE,
     READ_BUDGET_SHARE,
     Toolbox,
 )
+from loader.graph.catalogue import catalogue_for_question, format_catalogue
 from loader.providers.chat import ChatError, ChatModel
 from loader.settings import Settings
 
@@ -51,7 +56,8 @@ You are the reader agent of a knowledge base. The user's message holds the first
 and a catalogue of matching documents. If they do not answer the question, call the tools to find
 more: search_chunks (search again, with other words or inside given documents), read_document
 (read a document or a range of its chunks; when it is too long you get its outline, then ask for
-a chunk range). Chunks returned by tools count as chunks: cite them by title too.
+a chunk range), explore_graph (the documents linked to or from a document, or matching words,
+with their summaries). Chunks returned by tools count as chunks: cite them by title too.
 You have at most <steps> turns in all, including your final answer; each turn may call several
 tools. Do not repeat a call you already made. When you have the evidence, answer."""
 )
@@ -88,8 +94,34 @@ def catalogue(passages: Sequence[Passage], toolbox: Toolbox) -> list[dict[str, A
     return entries
 
 
+def graph_catalogue(
+    conn: psycopg.Connection[Any], query_text: str, category: str | None, budget: int
+) -> str:
+    """The document graph's catalogue for the question (up to 15 documents with summaries,
+    types, entities and the edges among them), cut to ``budget`` tokens; "" when the graph
+    cannot be read (the agent works without it)."""
+    try:
+        nodes = catalogue_for_question(
+            conn, query_text, filters={"category": category} if category else None
+        )
+    except psycopg.Error as exc:
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            conn.rollback()
+        log.warning("reader agent: no graph catalogue: %s", exc)
+        return ""
+    text = format_catalogue(nodes)
+    while nodes and estimate_tokens(text) > budget:
+        nodes = nodes[:-1]
+        text = format_catalogue(nodes)
+    return text if nodes else ""
+
+
 def first_message(
-    question: str, passages: Sequence[Passage], entries: Sequence[Mapping[str, Any]], ctx: int
+    question: str,
+    passages: Sequence[Passage],
+    entries: Sequence[Mapping[str, Any]],
+    ctx: int,
+    graph: str = "",
 ) -> str:
     blocks = []
     for passage in passages:
@@ -107,6 +139,11 @@ def first_message(
         + "\n\n".join(blocks)
         + "\n\n--- end of chunks ---\n\nCatalogue of matching documents:\n"
         + "\n".join(lines)
+        + (
+            f"\n\nDocument graph (related documents; explore_graph walks it):\n{graph}"
+            if graph
+            else ""
+        )
         + f"\n\nQuestion: {truncate_question(question, ctx // 4)}"
     )
 
@@ -158,11 +195,17 @@ def _loop(
     system = AGENT_RULES.replace("<steps>", str(settings.agent_max_steps))
     entries = catalogue(wide, toolbox)
     shown = fit_passages(passages, int(settings.chat_context_tokens * FIRST_MESSAGE_SHARE))
+    graph = graph_catalogue(
+        conn,
+        found.query_text,
+        category,
+        int(settings.chat_context_tokens * GRAPH_CATALOGUE_SHARE),
+    )
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system},
         {
             "role": "user",
-            "content": first_message(question, shown, entries, settings.chat_context_tokens),
+            "content": first_message(question, shown, entries, settings.chat_context_tokens, graph),
         },
     ]
     tools_tokens = estimate_tokens(json.dumps(tools))

@@ -38,10 +38,14 @@ def ask(
     category: str | None = None,
     on_text: Callable[[str], None] | None = None,
 ) -> Answer:
-    """Answer ``question`` with the configured models over a connection of its own."""
+    """Answer ``question`` with the configured models over a connection of its own.
+
+    The reader agent's steps use ``agent_chat_model`` when it is set, else ``chat_model``."""
     from loader.providers.chat import ChatClient
     from loader.providers.embeddings import get_embedder
 
+    if agent and settings.agent_model != settings.chat_model:
+        settings = settings.replace(chat_model=settings.agent_model)
     client = ChatClient.from_settings(settings)
     embedder = get_embedder(settings)
     with reader_connection(settings) as conn:

@@ -1,5 +1,6 @@
 """Context building: neighbouring chunks merged into the best hits while the budget allows, and
-the documents related to an answer."""
+the documents related to an answer (retrieved but not cited, then the document graph's
+neighbours of the cited ones, within the question's category)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from psycopg.rows import class_row
 
 from loader.answer.passages import Passage, RelatedDocument, estimate_tokens
 from loader.db import queries
+from loader.graph.catalogue import related_from_graph
 
 
 def _merge(
@@ -106,8 +108,8 @@ def related_documents(
     *,
     category: str | None = None,
 ) -> list[RelatedDocument]:
-    """Documents retrieved but not cited, then graph neighbours of the cited ones (only those of
-    ``category`` when the question has one: the category is a boundary)."""
+    """Documents retrieved but not cited, then graph neighbours of the cited ones (one hop in
+    ``kb.explore_graph``, only documents of ``category`` when one is given)."""
     cited_ids = list(dict.fromkeys(p.document_id for p in cited))
     seen = set(cited_ids)
     related: list[RelatedDocument] = []
@@ -119,15 +121,11 @@ def related_documents(
             )
     anchor = cited_ids or [p.document_id for p in retrieved]
     if anchor:
-        with conn.cursor(row_factory=class_row(queries.RelatedRow)) as cur:
-            rows = cur.execute(
-                queries.RELATED_DOCUMENTS, {"ids": anchor, "category": category}
-            ).fetchall()
-        for row in rows:
-            doc_id = str(row.document_id)
+        filters = {"category": category} if category else None
+        for doc_id, title, source_uri, relation in related_from_graph(
+            conn, anchor, filters=filters
+        ):
             if doc_id not in seen:
                 seen.add(doc_id)
-                related.append(
-                    RelatedDocument(doc_id, row.title, row.source_uri, row.relation_type)
-                )
+                related.append(RelatedDocument(doc_id, title, source_uri, relation))
     return related

@@ -6,13 +6,17 @@
 ``read_document``
     ``kb.read_document``, budget-guarded: a document or chunk range that does not fit 75% of the
     model's context window minus what the conversation already uses comes back as the
-    document's outline and chunk count, so the model asks for a range.
+    document's outline and chunk count, so the model asks for a range;
+``explore_graph``
+    ``kb.explore_graph`` (through :func:`loader.graph.catalogue.explore`): the documents around
+    a document (1 to 3 hops), the documents matching a query and their neighbours, or the
+    catalogue; always within the question's category.
 
 Every tool argument is validated before it reaches SQL: malformed JSON, unknown tools, unknown or
 malformed document ids, inverted or out-of-range chunk ranges and repeated identical calls are
 answered with a message the model can act on (ranges are clamped when that is unambiguous).
-A new tool (``explore_graph`` when ``kb.explore_graph`` ships) is one more schema constant, one
-more method and one more entry in :meth:`Toolbox.tools` and the dispatch table.
+A new tool is one more schema constant, one more method and one more entry in
+:meth:`Toolbox.tools` and the dispatch table.
 
 Over 400 lines on purpose: each tool is its argument validation, and the checks of one tool
 read best beside its call.
@@ -34,6 +38,8 @@ from loader.answer.prompt import MAX_QUERY_CHARS
 from loader.answer.retrieval import QueryEmbedder, embed_query, search_passages
 from loader.db import queries
 from loader.errors import PgkbError
+from loader.graph.catalogue import explore
+from loader.graph.llm import RELATION_TYPES
 from loader.safety import parse_int
 from loader.settings import Settings
 
@@ -41,11 +47,18 @@ READ_BUDGET_SHARE = 0.75
 """read_document may fill this share of the context window, minus what is already used."""
 FIRST_MESSAGE_SHARE = 0.4
 """The first hits may fill this share of the context window (the rest is for tools and answer)."""
+GRAPH_CATALOGUE_SHARE = 0.15
+"""The document graph's catalogue in the first message may fill this share of the window."""
 MIN_TOOL_BUDGET = 64
 """Below this many free tokens, reading and searching are refused: time to answer."""
 MAX_SEARCH_LIMIT = 10
 CATALOGUE_CANDIDATES = 20
 CATALOGUE_SIZE = 8
+MAX_GRAPH_DEPTH = 3
+MAX_GRAPH_LIMIT = 25
+GRAPH_LIMIT = 15
+"""explore_graph returns this many documents unless asked for fewer or more (1..25)."""
+GRAPH_SUMMARY_CHARS = 300
 
 
 def _tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> Any:
@@ -93,6 +106,29 @@ READ_TOOL = _tool(
         "chunk_end": {"type": "integer", "minimum": 0},
     },
     ["document_id"],
+)
+
+
+GRAPH_TOOL = _tool(
+    "explore_graph",
+    "Walk the document graph (hyperlinks, mentions and typed relations between documents). "
+    "With document_id: the documents up to depth hops (1 to 3) from it, in both directions, "
+    "each with its distance and the path of edges. With query: the documents whose text "
+    "matches it and their direct neighbours. With neither: the catalogue of the most connected "
+    "documents. Each document comes with its id, title, type, summary and key entities; read "
+    "one with read_document.",
+    {
+        "document_id": {"type": "string", "description": "Start from this document."},
+        "query": {"type": "string", "description": "Find documents matching these words."},
+        "depth": {"type": "integer", "minimum": 1, "maximum": MAX_GRAPH_DEPTH},
+        "relation_types": {
+            "type": "array",
+            "items": {"type": "string", "enum": list(RELATION_TYPES)},
+            "description": "Follow only these relation types (default: all).",
+        },
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_GRAPH_LIMIT},
+    },
+    [],
 )
 
 
@@ -162,7 +198,7 @@ class Toolbox:
     # -- the tools offered ------------------------------------------------------------------
 
     def tools(self) -> list[Any]:
-        return [SEARCH_TOOL, READ_TOOL]
+        return [SEARCH_TOOL, READ_TOOL, GRAPH_TOOL]
 
     def remember(self, passages: Sequence[Passage]) -> None:
         for passage in passages:
@@ -209,7 +245,11 @@ class Toolbox:
                 f"{self._calls[key]}; its result is above. Use it, change the arguments, or answer."
             )
         self._calls[key] = step
-        handlers = {"search_chunks": self.search_chunks, "read_document": self.read_document}
+        handlers = {
+            "search_chunks": self.search_chunks,
+            "read_document": self.read_document,
+            "explore_graph": self.explore_graph,
+        }
         handler = handlers.get(name)
         if handler is None:
             return _error(f"there is no tool {name!r}; the tools are: {', '.join(handlers)}")
@@ -415,6 +455,118 @@ class Toolbox:
         if notes:
             out["notes"] = notes
         return out
+
+    # -- explore_graph ----------------------------------------------------------------------
+
+    def explore_graph(self, args: Mapping[str, Any], budget: int) -> dict[str, Any]:
+        notes = _unknown_keys(args, {"document_id", "query", "depth", "relation_types", "limit"})
+        start: str | None = None
+        if args.get("document_id") is not None:
+            start = _as_uuid("document_id", args["document_id"])
+            if start not in self.documents([start]):
+                raise ToolRefusal(
+                    f"unknown document id {start}; use a document_id from the catalogue or "
+                    "from search results"
+                )
+        query = args.get("query")
+        if query is not None and not isinstance(query, str):
+            raise ToolRefusal('"query" must be a string')
+        query = (query or "").strip()[:MAX_QUERY_CHARS] or None
+        if start is not None and query is not None:
+            raise ToolRefusal(
+                'give "document_id" (documents around it) or "query" (documents matching it), '
+                "not both"
+            )
+        depth = 1
+        if args.get("depth") is not None:
+            asked = _as_int("depth", args["depth"])
+            depth = min(max(asked, 1), MAX_GRAPH_DEPTH)
+            if depth != asked:
+                notes.append(f"depth {asked} clamped to {depth} (1..{MAX_GRAPH_DEPTH})")
+            if start is None:
+                notes.append("depth applies only with document_id; ignored")
+        types = _relation_types(args.get("relation_types"))
+        limit = GRAPH_LIMIT
+        if args.get("limit") is not None:
+            asked = _as_int("limit", args["limit"])
+            limit = min(max(asked, 1), MAX_GRAPH_LIMIT)
+            if limit != asked:
+                notes.append(f"limit {asked} clamped to {limit} (1..{MAX_GRAPH_LIMIT})")
+        nodes = explore(
+            self.conn,
+            start=start,
+            query=query,
+            depth=depth,
+            relation_types=types,
+            filters={"category": self.category} if self.category else None,
+            limit=limit,
+        )
+        if start is not None and not nodes:
+            raise ToolRefusal(
+                f"document {start} is outside this question's scope (category "
+                f"{self.category!r}); use a document_id from the catalogue or search results"
+            )
+        documents: list[dict[str, Any]] = []
+        used = 0
+        for node in nodes:
+            summary = " ".join((node.summary or "").split())
+            if len(summary) > GRAPH_SUMMARY_CHARS:
+                summary = summary[: GRAPH_SUMMARY_CHARS - 4].rsplit(" ", 1)[0] + " ..."
+            entry: dict[str, Any] = {
+                "document_id": node.document_id,
+                "title": node.title,
+                "source_uri": node.source_uri,
+                "doc_type": node.doc_type,
+                "summary": summary,
+                "key_entities": node.key_entities[:8],
+            }
+            if node.distance is not None:
+                entry["distance"] = node.distance
+            if node.path:
+                entry["path"] = [
+                    f"{e['source_id']} {e['relation_type']} {e['target_id']}" for e in node.path
+                ]
+            if node.edges:
+                entry["edges"] = [f"{e['relation_type']} {e['target_id']}" for e in node.edges]
+            cost = estimate_tokens(json.dumps(entry, ensure_ascii=False)) + 4
+            if used + cost > budget:
+                notes.append(
+                    f"{len(nodes) - len(documents)} more document(s) left out: the context "
+                    "budget is nearly used"
+                )
+                break
+            used += cost
+            documents.append(entry)
+        out: dict[str, Any] = {"documents": documents}
+        if not documents and not notes:
+            notes.append(
+                "no document found; try other words, or explore from a document_id"
+                if query
+                else "no related document found"
+            )
+        if notes:
+            out["notes"] = notes
+        return out
+
+
+def _relation_types(value: Any) -> list[str] | None:
+    if value is None or value == []:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise ToolRefusal("relation_types must be a list of relation types")
+    types: list[str] = []
+    for item in value:
+        kind = item.strip().lower() if isinstance(item, str) else None
+        if kind is None or kind not in RELATION_TYPES:
+            raise ToolRefusal(
+                f"unknown relation type {json.dumps(item, default=str)}; the types are: "
+                + ", ".join(RELATION_TYPES)
+            )
+        if kind not in types:
+            types.append(kind)
+    return types
 
 
 def outline_lines(records: Sequence[Mapping[str, Any]], budget: int) -> tuple[list[str], int]:

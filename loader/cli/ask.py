@@ -24,6 +24,7 @@ from loader.safety import echo, printable
 @setting_option("chat_model", help="Chat model; unset: answer with the cited passages.")
 @setting_option("chat_base_url", help="OpenAI-compatible chat API base URL.")
 @setting_option("agent_max_steps", type=int, help="Model calls the reader agent may make.")
+@setting_option("agent_chat_model", help="Chat model for the agent's steps; unset: chat_model.")
 @click.pass_obj
 def ask(
     app: App,
@@ -35,6 +36,7 @@ def ask(
     chat_model: str | None,
     chat_base_url: str | None,
     agent_max_steps: int | None,
+    agent_chat_model: str | None,
 ) -> None:
     """Answer QUESTION from the knowledge base, citing sources, or say "I don't know".
 
@@ -47,7 +49,10 @@ def ask(
     from loader.cli.base import emit_json
 
     settings = app.settings(
-        chat_model=chat_model, chat_base_url=chat_base_url, agent_max_steps=agent_max_steps
+        chat_model=chat_model,
+        chat_base_url=chat_base_url,
+        agent_max_steps=agent_max_steps,
+        agent_chat_model=agent_chat_model,
     )
     text = " ".join(question)
     prepare_question(text)  # an empty question is an error before anything loads

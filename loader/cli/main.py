@@ -85,14 +85,18 @@ def cli(
 # (each module imports only click at the top, so `pgkb --help` stays instant)
 from loader.cli.ask import ask  # noqa: E402
 from loader.cli.db import db  # noqa: E402
+from loader.cli.docs import docs  # noqa: E402
 from loader.cli.eval import eval_command  # noqa: E402
+from loader.cli.graph import graph  # noqa: E402
 from loader.cli.ingest import ingest  # noqa: E402
 from loader.cli.quickstart import quickstart  # noqa: E402
 from loader.cli.search import search  # noqa: E402
 
 cli.add_command(ask)
 cli.add_command(db)
+cli.add_command(docs)
 cli.add_command(eval_command)
+cli.add_command(graph)
 cli.add_command(ingest)
 cli.add_command(quickstart)
 cli.add_command(search)

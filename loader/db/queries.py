@@ -12,7 +12,9 @@ so most statements here are one-line calls of a ``kb.`` function. The Alembic mi
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import uuid
+from typing import Any
 
 from psycopg import sql
 
@@ -173,27 +175,6 @@ class MergedSpan:
     content: str
 
 
-RELATED_DOCUMENTS = """
-SELECT d.id AS document_id, d.title, d.source_uri, r.relation_type
-  FROM kb.document_relations r
-  JOIN kb.documents d
-    ON d.id = CASE WHEN r.source_id = ANY(%(ids)s::uuid[]) THEN r.target_id ELSE r.source_id END
- WHERE (r.source_id = ANY(%(ids)s::uuid[]) OR r.target_id = ANY(%(ids)s::uuid[]))
-   AND NOT d.id = ANY(%(ids)s::uuid[])
-   AND (%(category)s::text IS NULL OR d.category = %(category)s::text)
- ORDER BY r.confidence DESC NULLS LAST, d.title
- LIMIT 10
-"""
-
-
-@dataclasses.dataclass(frozen=True)
-class RelatedRow:
-    document_id: uuid.UUID
-    title: str
-    source_uri: str
-    relation_type: str
-
-
 DOCUMENTS_BY_ID = """
 SELECT d.id AS document_id, d.title, d.source_uri,
        (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::int AS chunk_count
@@ -263,3 +244,255 @@ STORED_SHAS = "SELECT source_uri, content_sha FROM kb.documents"
 ANALYZE_KB = "ANALYZE kb.documents, kb.chunks, kb.embeddings"
 SOURCE_URIS_LIKE = "SELECT source_uri FROM kb.documents WHERE source_uri LIKE %s"
 DELETE_DOCUMENTS = "DELETE FROM kb.documents WHERE source_uri = ANY(%s)"
+
+# --- the document graph: reading (loader.graph.catalogue) ---------------------------------------
+
+DOCUMENT_ID_BY_ID = "SELECT id::text FROM kb.documents WHERE id = %s"
+DOCUMENT_ID_BY_SOURCE = "SELECT id::text FROM kb.documents WHERE source_uri = %s"
+DOCUMENTS_BY_SOURCE_SUFFIX = """
+SELECT id::text AS document_id, source_uri FROM kb.documents
+ WHERE right(source_uri, length(%(suffix)s)) = %(suffix)s
+ ORDER BY source_uri LIMIT 6
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentRef:
+    document_id: str
+    source_uri: str
+
+
+LIST_DOCUMENTS = """
+SELECT d.id::text AS id, d.title, d.source_uri, d.category, d.doc_type, d.summary,
+       d.key_entities,
+       (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::integer AS chunks,
+       (SELECT count(*) FROM kb.document_relations r
+         WHERE r.source_id = d.id)::integer AS edges_out,
+       (SELECT count(*) FROM kb.document_relations r WHERE r.target_id = d.id)::integer AS edges_in,
+       d.updated_at
+  FROM kb.documents d
+ WHERE %(category)s::text IS NULL OR d.category = %(category)s
+ ORDER BY d.title, d.source_uri
+ LIMIT %(limit)s
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentListRow:
+    id: str
+    title: str
+    source_uri: str
+    category: str | None
+    doc_type: str
+    summary: str | None
+    key_entities: list[str]
+    chunks: int
+    edges_out: int
+    edges_in: int
+    updated_at: datetime.datetime
+
+
+SHOW_DOCUMENT = """
+SELECT d.id::text AS id, d.title, d.source_uri, d.category, d.doc_type, d.summary,
+       d.key_entities, d.toc, d.metadata_origin, d.metadata, d.created_at, d.updated_at,
+       (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::integer AS chunks
+  FROM kb.documents d WHERE d.id = %s
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentDetailRow:
+    id: str
+    title: str
+    source_uri: str
+    category: str | None
+    doc_type: str
+    summary: str | None
+    key_entities: list[str]
+    toc: list[dict[str, Any]]
+    metadata_origin: str | None
+    metadata: dict[str, Any]
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+    chunks: int
+
+
+DOCUMENT_EDGES = """
+SELECT 'out' AS direction, r.relation_type, r.origin, r.evidence, o.id::text AS document_id,
+       o.title, o.source_uri
+  FROM kb.document_relations r JOIN kb.documents o ON o.id = r.target_id
+ WHERE r.source_id = %(id)s
+UNION ALL
+SELECT 'in', r.relation_type, r.origin, r.evidence, o.id::text, o.title, o.source_uri
+  FROM kb.document_relations r JOIN kb.documents o ON o.id = r.source_id
+ WHERE r.target_id = %(id)s
+ ORDER BY 1 DESC, 6, 5, 2
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentEdgeRow:
+    direction: str
+    """``out`` (this document -> the other) or ``in``."""
+    relation_type: str
+    origin: str
+    evidence: str | None
+    document_id: str
+    title: str
+    source_uri: str
+
+
+UNRESOLVED_LINKS = """
+SELECT l.target_uri, l.anchor FROM kb.document_links l
+ WHERE l.source_id = %s
+   AND NOT EXISTS (SELECT 1 FROM kb.documents d WHERE d.source_uri = l.target_uri)
+ ORDER BY l.target_uri
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class UnresolvedLinkRow:
+    target_uri: str
+    anchor: str
+
+
+EXPLORE_GRAPH = """
+SELECT document_id::text AS document_id, title, source_uri, category, doc_type, summary,
+       key_entities, distance, path, edges
+  FROM kb.explore_graph(start_document => %(start)s, query_text => %(query)s,
+                        max_depth => %(depth)s, relation_types => %(types)s,
+                        filters => %(filters)s::jsonb, document_ids => %(ids)s::uuid[],
+                        max_results => %(limit)s)
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphNodeRow:
+    document_id: str
+    title: str
+    source_uri: str
+    category: str | None
+    doc_type: str
+    summary: str | None
+    key_entities: list[str] | None
+    distance: int | None
+    path: list[dict[str, Any]] | None
+    edges: list[dict[str, Any]] | None
+
+
+# --- the document graph: writing during ingestion (loader.graph.store, loader.graph.llm) --------
+
+METADATA_SHA = "SELECT metadata_sha FROM kb.documents WHERE id = %s"
+SET_DOCUMENT_METADATA = """
+UPDATE kb.documents
+   SET summary = %(summary)s, doc_type = %(doc_type)s, key_entities = %(key_entities)s,
+       toc = %(toc)s::jsonb, metadata_origin = %(origin)s, metadata_sha = content_sha
+ WHERE id = %(id)s
+"""
+SET_DOCUMENT_METADATA_IF_CURRENT = """
+UPDATE kb.documents
+   SET summary = %(summary)s, doc_type = %(doc_type)s, key_entities = %(key_entities)s,
+       toc = %(toc)s::jsonb, metadata_origin = %(origin)s, metadata_sha = content_sha
+ WHERE id = %(id)s AND content_sha = %(content_sha)s
+"""
+"""As :data:`SET_DOCUMENT_METADATA`, only while the document still has that content."""
+DELETE_OUTGOING_RELATIONS = "DELETE FROM kb.document_relations WHERE source_id = %s"
+DELETE_DOCUMENT_LINKS = "DELETE FROM kb.document_links WHERE source_id = %s"
+INSERT_DOCUMENT_LINKS = """
+INSERT INTO kb.document_links (source_id, target_uri, href, anchor)
+SELECT %(id)s, l.target_uri, l.href, l.anchor
+  FROM unnest(%(targets)s::text[], %(hrefs)s::text[], %(anchors)s::text[])
+       AS l(target_uri, href, anchor)
+ON CONFLICT (source_id, target_uri) DO NOTHING
+"""
+LINK_EDGES_OUT = """
+INSERT INTO kb.document_relations (source_id, target_id, relation_type, origin, evidence)
+SELECT l.source_id, d.id, 'references', 'link', nullif(l.anchor, '')
+  FROM kb.document_links l
+  JOIN kb.documents d ON d.source_uri = l.target_uri
+ WHERE l.source_id = %(id)s AND d.id <> l.source_id
+ON CONFLICT (source_id, target_id, relation_type) DO NOTHING
+"""
+"""The document's links to ingested documents become ``references`` edges."""
+LINK_EDGES_IN = """
+INSERT INTO kb.document_relations (source_id, target_id, relation_type, origin, evidence)
+SELECT l.source_id, %(id)s, 'references', 'link', nullif(l.anchor, '')
+  FROM kb.document_links l
+ WHERE l.target_uri = %(uri)s AND l.source_id <> %(id)s
+ON CONFLICT (source_id, target_id, relation_type) DO NOTHING
+"""
+"""Other documents' links to this one (perhaps kept from before it arrived) become edges."""
+DOCUMENT_NAMES = "SELECT id::text AS document_id, title, source_uri FROM kb.documents"
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentNameRow:
+    document_id: str
+    title: str
+    source_uri: str
+
+
+CHUNK_TEXTS = "SELECT content FROM kb.chunks WHERE document_id = %s ORDER BY chunk_index LIMIT %s"
+MENTION_CANDIDATES = """
+SELECT DISTINCT c.document_id::text
+  FROM kb.chunks c
+ WHERE c.tsv @@ phraseto_tsquery('english', %(phrase)s)
+   AND c.document_id <> ALL(%(exclude)s::uuid[])
+ LIMIT 500
+"""
+"""Documents (outside ``exclude``) whose chunks hold the phrase: the GIN index narrows."""
+INSERT_RELATION = """
+INSERT INTO kb.document_relations
+       (source_id, target_id, relation_type, origin, evidence, confidence)
+SELECT %(source)s, %(target)s, %(type)s, %(origin)s, %(evidence)s, %(confidence)s
+ WHERE EXISTS (SELECT 1 FROM kb.documents WHERE id = %(source)s)
+   AND EXISTS (SELECT 1 FROM kb.documents WHERE id = %(target)s)
+ON CONFLICT (source_id, target_id, relation_type) DO NOTHING
+"""
+"""One edge, only if both ends still exist; a duplicate is ignored."""
+DOCUMENT_FOR_METADATA = """
+SELECT d.title, d.source_uri, d.content_sha, d.summary, d.key_entities, d.toc,
+       (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::integer AS chunk_count
+  FROM kb.documents d WHERE d.id = %s
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentForMetadataRow:
+    title: str
+    source_uri: str
+    content_sha: str
+    summary: str | None
+    key_entities: list[str] | None
+    toc: list[dict[str, Any]] | None
+    chunk_count: int
+
+
+FIRST_CHUNKS = """
+SELECT chunk_index, heading_path, content FROM kb.chunks
+ WHERE document_id = %s ORDER BY chunk_index LIMIT 40
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkTextRow:
+    chunk_index: int
+    heading_path: str
+    content: str
+
+
+DOCUMENT_PROFILES = """
+SELECT id::text AS document_id, title, coalesce(summary, '') AS summary, key_entities
+  FROM kb.documents
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentProfileRow:
+    document_id: str
+    title: str
+    summary: str
+    key_entities: list[str] | None
+
+
+DELETE_LLM_RELATIONS = "DELETE FROM kb.document_relations WHERE source_id = %s AND origin = 'llm'"

@@ -46,6 +46,9 @@ class Extracted:
     title: str | None
     sections: list[Section]
     metadata: dict[str, Any]
+    links: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    """``(href, anchor text)`` of the document's hyperlinks as written, in order, outside
+    navigation and tables of contents (HTML ``<a href>``, Markdown links)."""
 
 
 FORMATS: dict[str, str] = {
@@ -143,6 +146,7 @@ def extract_markdown(text: str) -> Extracted:
             inline = tokens[i + 1]
             headings.append((token.map[0], token.map[1], level, normalize_inline(inline.content)))
 
+    links = _markdown_links(tokens)
     sections: list[Section] = []
     stack: list[tuple[int, str]] = []
     title: str | None = None
@@ -164,7 +168,27 @@ def extract_markdown(text: str) -> Extracted:
         sections.append(Section(path, body))
     if title is None and headings:
         title = headings[0][3]
-    return Extracted(title=title or None, sections=sections, metadata={})
+    return Extracted(title=title or None, sections=sections, metadata={}, links=links)
+
+
+def _markdown_links(tokens: Any) -> list[tuple[str, str]]:
+    """``(href, anchor text)`` of the links in markdown-it tokens (none inside code)."""
+    links: list[tuple[str, str]] = []
+    for inline in tokens:
+        if inline.type != "inline" or not inline.children:
+            continue
+        href: str | None = None
+        text: list[str] = []
+        for child in inline.children:
+            if child.type == "link_open":
+                href, text = str(child.attrs.get("href") or ""), []
+            elif child.type == "link_close" and href is not None:
+                if href:
+                    links.append((href, normalize_inline("".join(text))))
+                href = None
+            elif href is not None:
+                text.append(child.content)
+    return links
 
 
 # --- HTML ---------------------------------------------------------------------------------------
@@ -212,6 +236,13 @@ def extract_html(data: bytes) -> Extracted:
     if isinstance(description, Tag) and description.get("content"):
         metadata["description"] = normalize_inline(str(description.get("content")))
 
+    # the manual's back-of-the-book index links with a.indexterm, dropped from the text below
+    index_links = [
+        (str(a.get("href")), normalize_inline(a.get_text(" ")))
+        for a in soup.select("a.indexterm[href]")
+        if not a.find_parent(["nav"])
+        and not a.find_parent("div", class_=["navheader", "navfooter"])
+    ]
     for name in _DROP_TAGS:
         for tag in soup.find_all(name):
             tag.decompose()
@@ -224,6 +255,10 @@ def extract_html(data: bytes) -> Extracted:
     # a page's table of contents repeats headings found elsewhere: set aside, unless the page
     # is nothing but its contents (a chapter's index page), which is then what it says
     tocs = [toc.extract() for toc in body.select("div.toc")]
+    links = index_links + [
+        (str(a.get("href")), normalize_inline(a.get_text(" ")))
+        for a in body.find_all("a", href=True)
+    ]
     walker = _HtmlWalker(root)
     walker.walk(body)
     walker.flush_section()
@@ -235,7 +270,7 @@ def extract_html(data: bytes) -> Extracted:
     if not title:
         first = body.find(list(_HEADINGS))
         title = normalize_inline(first.get_text()) if first else ""
-    return Extracted(title=title or None, sections=sections, metadata=metadata)
+    return Extracted(title=title or None, sections=sections, metadata=metadata, links=links)
 
 
 class _HtmlWalker:

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from loader.errors import ConfigError, DatabaseError, PgkbError
+from loader.graph.links import resolve_links
 from loader.ingest.chunking import Chunker
 from loader.ingest.extract import ExtractionError, Section, extract, mime_type
 from loader.ingest.report import IngestReport, ProgressCallback
@@ -114,6 +115,7 @@ def ingest_documents(
                 )
             )
         writer.flush()
+        writer.finish_graph(settings)
         analyze(conn, report)
     report.seconds["total"] = time.perf_counter() - started
     return report
@@ -171,6 +173,7 @@ def ingest_paths(
                 if prepared is not None:
                     writer.add(prepared)
             writer.flush()
+            writer.finish_graph(settings)
         except PgkbError as exc:
             if isinstance(exc, ConfigError | DatabaseError):
                 raise
@@ -245,4 +248,5 @@ def _prepare_file(
         report.fail(source, f"cannot extract: {type(exc).__name__}: {exc}")
         return None
     metadata = {**file_metadata(path, data, mime), **extracted.metadata, **meta}
-    return Prepared(source, title, sha, category, metadata, chunks, previous is None)
+    links = resolve_links(source, extracted.links)
+    return Prepared(source, title, sha, category, metadata, chunks, previous is None, links)

@@ -30,6 +30,8 @@ class IngestReport:
     embeddings_computed: int = 0
     embeddings_reused: int = 0
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    graph: dict[str, int] = dataclasses.field(default_factory=dict)
+    """What the document graph gained (links, edges by origin; see loader.graph.store)."""
     aborted: str | None = None
     """Why the run stopped early (a run-level error), or None."""
 

@@ -16,10 +16,13 @@ import psycopg
 
 from loader.db import queries
 from loader.errors import PgkbError
+from loader.graph.links import Link
+from loader.graph.store import GraphWriter
 from loader.ingest.chunking import Chunk
 from loader.ingest.report import IngestReport, ProgressCallback
 from loader.ingest.sources import Scan
 from loader.providers.embeddings import Embedder
+from loader.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,7 @@ class Prepared:
     metadata: dict[str, Any]
     chunks: list[Chunk]
     is_new: bool
+    links: list[Link] = dataclasses.field(default_factory=list)
 
 
 def json_default(value: Any) -> str:
@@ -85,6 +89,12 @@ class Writer:
         self.progress = progress
         self.pending: list[Prepared] = []
         self.pending_texts = 0
+        self.graph = GraphWriter()
+
+    def finish_graph(self, settings: Settings) -> None:
+        """The graph's end-of-run work (mentions, chat-model metadata and edges)."""
+        self.report.graph = self.graph.finish(self.conn, settings).to_dict()
+        self.report.seconds["graph"] = self.graph.seconds
 
     def add(self, prepared: Prepared) -> None:
         self.pending.append(prepared)
@@ -183,6 +193,11 @@ class Writer:
                     copy.write_row(
                         (ids[chunk.index], self.model_id, _as_vector(vectors[chunk.content_sha]))
                     )
+            self.graph.write(
+                conn, document_id, source_uri=prepared.source_uri, title=prepared.title,
+                content_sha=prepared.content_sha, chunks=prepared.chunks, links=prepared.links,
+                is_new=prepared.is_new,
+            )  # fmt: skip
         if prepared.is_new:
             self.report.new += 1
         else:

@@ -1,0 +1,203 @@
+"""Writing the graph during ingestion.
+
+:meth:`GraphWriter.write` runs inside the transaction that replaces a document's chunks: it
+stores the deterministic metadata (when the content hash changed), replaces the document's
+outgoing links and edges, and turns the links other documents hold to it into edges (a link to
+a document ingested later becomes an edge when it arrives). Incoming edges are never touched:
+they point at the stable document id.
+
+:meth:`GraphWriter.finish` runs once at the end of a run: mention edges for the documents the
+run wrote (outgoing against every document, and incoming from the others for new documents),
+then, when a chat model is configured, the model's metadata and typed edges
+(:mod:`loader.graph.llm`), each document in its own short transaction, skipped when the
+document was deleted or changed meanwhile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg.rows import class_row
+
+from loader.db import queries
+from loader.graph.links import Link, MentionIndex
+from loader.graph.metadata import ChunkLike, DocumentMetadata, deterministic
+
+log = logging.getLogger(__name__)
+
+MENTION_CHUNKS = 2000
+"""Mentions are looked for in at most this many chunks of a document (bounded work)."""
+MENTION_SEARCHES = 50
+"""Up to this many new documents, the older documents mentioning each are found through the
+full-text index (one phrase query per title or file name); beyond, one pass over their text."""
+
+
+@dataclasses.dataclass
+class GraphStats:
+    links: int = 0
+    link_edges: int = 0
+    mention_edges: int = 0
+    llm_documents: int = 0
+    llm_fallbacks: int = 0
+    llm_edges: int = 0
+    llm_skipped: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class _Written:
+    document_id: str
+    title: str
+    source_uri: str
+    content_sha: str
+    is_new: bool
+
+
+class GraphWriter:
+    """The graph side of one ingestion run."""
+
+    def __init__(self) -> None:
+        self.stats = GraphStats()
+        self.written: list[_Written] = []
+        self.seconds = 0.0
+
+    def write(
+        self,
+        conn: Any,
+        document_id: Any,
+        *,
+        source_uri: str,
+        title: str,
+        content_sha: str,
+        chunks: Sequence[ChunkLike],
+        links: Sequence[Link],
+        is_new: bool,
+    ) -> None:
+        """Metadata, links and link edges of one document, in the caller's transaction."""
+        started = time.perf_counter()
+        row = conn.execute(queries.METADATA_SHA, (document_id,)).fetchone()
+        if row is None or row[0] != content_sha:
+            store_metadata(conn, document_id, deterministic(title, source_uri, chunks))
+        conn.execute(queries.DELETE_OUTGOING_RELATIONS, (document_id,))
+        conn.execute(queries.DELETE_DOCUMENT_LINKS, (document_id,))
+        if links:
+            conn.execute(
+                queries.INSERT_DOCUMENT_LINKS,
+                {
+                    "id": document_id,
+                    "targets": [link.target_uri for link in links],
+                    "hrefs": [link.href for link in links],
+                    "anchors": [link.anchor for link in links],
+                },
+            )
+            self.stats.links += len(links)
+            out = conn.execute(queries.LINK_EDGES_OUT, {"id": document_id})
+            self.stats.link_edges += out.rowcount
+        self.stats.link_edges += conn.execute(
+            queries.LINK_EDGES_IN, {"id": document_id, "uri": source_uri}
+        ).rowcount
+        self.written.append(_Written(str(document_id), title, source_uri, content_sha, is_new))
+        self.seconds += time.perf_counter() - started
+
+    def finish(self, conn: Any, settings: Any = None) -> GraphStats:
+        """Mention edges for the documents written, then the chat model's part (if any)."""
+        started = time.perf_counter()
+        if self.written:
+            self._mentions(conn)
+        self.seconds += time.perf_counter() - started
+        if self.written and settings is not None and getattr(settings, "chat_model", None):
+            from loader.graph.llm import enrich_documents
+
+            started = time.perf_counter()
+            enrich_documents(conn, settings, [w.document_id for w in self.written], self.stats)
+            self.seconds += time.perf_counter() - started
+        return self.stats
+
+    def _mentions(self, conn: Any) -> None:
+        with conn.cursor(row_factory=class_row(queries.DocumentNameRow)) as cur:
+            documents = [
+                (r.document_id, r.title, r.source_uri)
+                for r in cur.execute(queries.DOCUMENT_NAMES).fetchall()
+            ]
+        conn.commit()
+        index = MentionIndex.build(documents)
+        if not index.by_first_word and not index.by_file_name:
+            return
+        written_ids = [w.document_id for w in self.written]
+        found: list[tuple[str, str, str]] = []  # (source, target, evidence)
+        for item in self.written:  # outgoing, against every document
+            texts = _chunk_texts(conn, item.document_id)
+            for target, evidence in index.find(item.document_id, texts).items():
+                found.append((item.document_id, target, evidence))
+        # incoming, for new documents: from the documents this run did not write
+        new = [w for w in self.written if w.is_new]
+        others = [d[0] for d in documents if d[0] not in set(written_ids)]
+        if new and others and len(new) > MENTION_SEARCHES:
+            # many new documents: one pass over the other documents' text
+            new_index = MentionIndex.build([(w.document_id, w.title, w.source_uri) for w in new])
+            for source in others:
+                texts = _chunk_texts(conn, source)
+                for target, evidence in new_index.find(source, texts).items():
+                    found.append((source, target, evidence))
+            new = []
+        for item in new if others else []:
+            single = MentionIndex.build([(item.document_id, item.title, item.source_uri)])
+            phrases = [" ".join(words) for entries in single.by_first_word.values()
+                       for words, _ in entries] + list(single.by_file_name)  # fmt: skip
+            for phrase in phrases:
+                rows = conn.execute(
+                    queries.MENTION_CANDIDATES, {"phrase": phrase, "exclude": written_ids}
+                ).fetchall()
+                for (source,) in rows:
+                    texts = _chunk_texts(conn, source)
+                    hit = single.find(source, texts).get(item.document_id)
+                    if hit:
+                        found.append((source, item.document_id, hit))
+        conn.commit()
+        with conn.transaction():
+            for source, target, evidence in found:
+                self.stats.mention_edges += conn.execute(
+                    queries.INSERT_RELATION,
+                    {
+                        "source": source,
+                        "target": target,
+                        "type": "references",
+                        "origin": "mention",
+                        "evidence": evidence,
+                        "confidence": None,
+                    },
+                ).rowcount
+
+
+def store_metadata(
+    conn: Any, document_id: Any, metadata: DocumentMetadata, *, content_sha: str | None = None
+) -> bool:
+    """Write ``metadata`` to the document; with ``content_sha``, only if it still has that
+    content (False: deleted or changed meanwhile, nothing written)."""
+    params = {
+        "id": document_id,
+        "summary": metadata.summary,
+        "doc_type": metadata.doc_type,
+        "key_entities": list(metadata.key_entities),
+        "toc": json.dumps([e.to_dict() for e in metadata.toc], ensure_ascii=False),
+        "origin": metadata.origin,
+        "content_sha": content_sha,
+    }
+    query = (
+        queries.SET_DOCUMENT_METADATA
+        if content_sha is None
+        else queries.SET_DOCUMENT_METADATA_IF_CURRENT
+    )
+    return bool(conn.execute(query, params).rowcount)
+
+
+def _chunk_texts(conn: Any, document_id: str) -> list[str]:
+    """The text of a document's first :data:`MENTION_CHUNKS` chunks, in order."""
+    return [r[0] for r in conn.execute(queries.CHUNK_TEXTS, (document_id, MENTION_CHUNKS))]
