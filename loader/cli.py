@@ -239,6 +239,27 @@ cli.add_command(ingest)
 from loader.commands.search import search  # noqa: E402
 
 cli.add_command(search)
+from loader.commands.stats import stats  # noqa: E402
+
+cli.add_command(stats)
+from loader.commands.removal import remove, stale  # noqa: E402
+
+cli.add_command(stale)
+cli.add_command(remove)
+from loader.commands.models import models, reembed  # noqa: E402
+
+cli.add_command(models)
+cli.add_command(reembed)
+from loader.commands.doctor import doctor  # noqa: E402
+
+cli.add_command(doctor)
+from loader.commands.maintenance import reindex, vacuum  # noqa: E402
+
+cli.add_command(reindex)
+cli.add_command(vacuum)
+from loader.commands.grant import grant  # noqa: E402
+
+db.add_command(grant)
 
 
 def main() -> None:  # pragma: no cover - console script entry point

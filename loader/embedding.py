@@ -22,6 +22,7 @@ database's active model is a different one.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -462,7 +463,7 @@ def _make(settings: Settings) -> Embedder:
     raise ConfigError(f"unknown embedding provider {settings.embedding_provider!r}")
 
 
-def ensure_model(conn: Any, embedder: Embedder) -> int:
+def ensure_model(conn: Any, embedder: Embedder, hnsw: tuple[int, int] | None = None) -> int:
     """The id of ``embedder``'s model in ``kb.embedding_models``, registering it if new.
 
     Refuses (:class:`ModelMismatchError`) when the database's active model is another one:
@@ -483,8 +484,12 @@ def ensure_model(conn: Any, embedder: Embedder) -> int:
     if row is not None:
         conn.commit()
         return int(row[0])
-    got = conn.execute(
-        "SELECT kb.register_model(%s, %s, %s)", (embedder.name, embedder.dims, embedder.provider)
+    config = {"max_input_tokens": embedder.max_input_tokens}
+    if getattr(embedder, "base_url", None):
+        config["base_url"] = embedder.base_url  # type: ignore[attr-defined]
+    got = conn.execute(  # hnsw: (m, ef_construction) of the model's index, None = defaults
+        "SELECT kb.register_model(%s, %s, %s, %s::jsonb, %s, %s)",
+        (embedder.name, embedder.dims, embedder.provider, json.dumps(config), *(hnsw or (None, None))),
     ).fetchone()
     conn.commit()
     assert got is not None

@@ -38,6 +38,7 @@ from loader.chunking import Chunk, Chunker
 from loader.embedding import Embedder, ensure_model, get_embedder
 from loader.errors import ConfigError, DatabaseError, PgkbError
 from loader.extract import FORMATS, ExtractionError, Section, extract, mime_type
+from loader.ops.runs import record_run
 from loader.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -365,7 +366,7 @@ def ingest_lock(
 
 def _prepare_model(conn: Any, embedder: Embedder, settings: Settings) -> tuple[int, Chunker]:
     chunker = Chunker.from_settings(settings, embedder)  # ConfigError if chunks cannot fit
-    model_id = ensure_model(conn, embedder)
+    model_id = ensure_model(conn, embedder, (settings.hnsw_m, settings.hnsw_ef_construction))
     return model_id, chunker
 
 
@@ -606,7 +607,11 @@ def ingest_paths(
     embedder = embedder or get_embedder(settings)
     max_bytes = int(settings.max_file_mb * 1_000_000)
     Chunker.from_settings(settings, embedder)  # ConfigError before touching the database
-    with connection(settings) as conn, ingest_lock(conn, wait=wait, progress=progress):
+    with (
+        connection(settings) as conn,
+        ingest_lock(conn, wait=wait, progress=progress),
+        record_run(conn, paths, report),
+    ):
         model_id, chunker = _prepare_model(conn, embedder, settings)
         fingerprint = chunker.fingerprint()
         for source, reason in scan.failures:

@@ -90,7 +90,8 @@ SELECT v.chunk_id, v.document_id, v.title, v.source_uri, v.chunk_index, v.headin
            filters => %(filters)s::jsonb,
            document_ids => %(document_ids)s::uuid[],
            min_similarity => %(min_similarity)s,
-           model => %(model)s) AS v
+           model => %(model)s,
+           ef_search => %(ef_search)s) AS v
   JOIN kb.chunks c ON c.id = v.chunk_id
   JOIN kb.documents d ON d.id = v.document_id
  ORDER BY v.rank
@@ -172,11 +173,12 @@ def search(
     params: dict[str, Any] = {
         "query_text": query_text,
         "query_embedding": embedding,
-        "filters": _filters(category, filters),
+        "filters": _filters(category, {**settings.filters(), **(filters or {})}),
         "document_ids": _document_ids(document_ids),
         "min_similarity": settings.min_similarity,
         "model": settings.embedding_model,
         "keyword_ranking": settings.keyword_ranking,
+        "ef_search": settings.hnsw_ef_search,
     }
     if mode == "hybrid":
         statement = HYBRID_SQL
