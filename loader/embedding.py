@@ -489,7 +489,13 @@ def ensure_model(conn: Any, embedder: Embedder, hnsw: tuple[int, int] | None = N
         config["base_url"] = embedder.base_url  # type: ignore[attr-defined]
     got = conn.execute(  # hnsw: (m, ef_construction) of the model's index, None = defaults
         "SELECT kb.register_model(%s, %s, %s, %s::jsonb, %s, %s)",
-        (embedder.name, embedder.dims, embedder.provider, json.dumps(config), *(hnsw or (None, None))),
+        (
+            embedder.name,
+            embedder.dims,
+            embedder.provider,
+            json.dumps(config),
+            *(hnsw or (None, None)),
+        ),
     ).fetchone()
     conn.commit()
     assert got is not None

@@ -49,9 +49,16 @@ def test_stats_reports_what_the_knowledge_base_holds(
     assert (data["documents"], data["chunks"]) == (docs, chunks) == (5, chunks)
     assert data["active_model"]["name"] == "fake-embed"
     assert data["models"] == [
-        {"id": data["active_model"]["id"], "name": "fake-embed", "dims": 8, "provider": "openai",
-         "is_active": True, "embeddings": embeddings, "missing": 0}
-    ]  # fmt: skip
+        {
+            "id": data["active_model"]["id"],
+            "name": "fake-embed",
+            "dims": 8,
+            "provider": "openai",
+            "is_active": True,
+            "embeddings": embeddings,
+            "missing": 0,
+        }
+    ]
     assert data["categories"][0]["category"] is None
     assert data["categories"][0]["documents"] == 5 and data["categories"][0]["chunks"] == chunks
     assert data["categories"][0]["oldest_update"] <= data["categories"][0]["newest_update"]
@@ -141,14 +148,16 @@ def test_remove_by_path_and_id_reports_what_went(
     ).fetchone()[0]
     conn.rollback()
 
-    result = run(["remove", str(root / "notes.txt"), str(ids[str(root / "page.html")]), "--json"],
-                 env)  # fmt: skip
+    result = run(
+        ["remove", str(root / "notes.txt"), str(ids[str(root / "page.html")]), "--json"], env
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["documents"] == 2 and data["relations"] == 2  # the one edge, seen from both ends
     assert {d["source_uri"] for d in data["documents_removed"]} == {
-        str(root / "notes.txt"), str(root / "page.html")
-    }  # fmt: skip
+        str(root / "notes.txt"),
+        str(root / "page.html"),
+    }
     assert _counts(conn)[0] == docs - 2
     assert _counts(conn)[1] == chunks - data["chunks"] and data["chunks"] >= notes_chunks
     # the keyword statistics followed, and no embedding or edge is left behind

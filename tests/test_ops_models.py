@@ -42,8 +42,20 @@ def _models(env: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 
 def _add(env: dict[str, str], fake: FakeOpenAI, name: str, dims: int) -> Any:
-    return run(["models", "add", name, "--dims", str(dims), "--provider", "openai",
-                "--base-url", fake.base_url], env)  # fmt: skip
+    return run(
+        [
+            "models",
+            "add",
+            name,
+            "--dims",
+            str(dims),
+            "--provider",
+            "openai",
+            "--base-url",
+            fake.base_url,
+        ],
+        env,
+    )
 
 
 def _top(settings: Settings, query: str) -> list[tuple[int, float]]:
@@ -93,7 +105,11 @@ def test_add_reembed_activate_and_roll_back(
     assert report.embedded == chunks and report.remaining == 0
     assert len(during) == report.batches >= 2
     assert all(result == baseline for result in during)
-    assert {r.body["model"] for r in fake_openai.requests_to("/v1/embeddings")} == {"fake-embed-2"}
+    by_model: dict[str, int] = {}
+    for r in fake_openai.requests_to("/v1/embeddings"):
+        by_model[r.body["model"]] = by_model.get(r.body["model"], 0) + len(r.body["input"])
+    # every chunk went to the new model; the searches meanwhile embedded their query
+    assert by_model == {"fake-embed-2": chunks, "fake-embed": len(during)}
 
     activated = run(["models", "activate", "fake-embed-2"], env)
     assert activated.exit_code == 0, activated.output
@@ -144,10 +160,18 @@ def _ok(request: Any) -> Reply:
     from tests.fake_openai import fake_vector
 
     inputs = request.body["input"]
-    data = [{"object": "embedding", "index": i, "embedding": fake_vector(t, 8)}
-            for i, t in enumerate(inputs)]  # fmt: skip
-    return Reply({"object": "list", "data": data, "model": "x", "usage": {"prompt_tokens": 1,
-                  "total_tokens": 1}})  # fmt: skip
+    data = [
+        {"object": "embedding", "index": i, "embedding": fake_vector(t, 8)}
+        for i, t in enumerate(inputs)
+    ]
+    return Reply(
+        {
+            "object": "list",
+            "data": data,
+            "model": "x",
+            "usage": {"prompt_tokens": 1, "total_tokens": 1},
+        }
+    )
 
 
 def test_a_model_whose_vectors_disagree_with_its_dims_is_refused(
@@ -206,8 +230,11 @@ def test_two_reembed_runs_at_once(
 
 def test_unknown_models_are_named(kb: tuple[Settings, dict[str, str]]) -> None:
     _, env = kb
-    for args in (["reembed", "--model", "nope"], ["models", "activate", "nope"],
-                 ["models", "drop", "nope", "--yes"]):  # fmt: skip
+    for args in (
+        ["reembed", "--model", "nope"],
+        ["models", "activate", "nope"],
+        ["models", "drop", "nope", "--yes"],
+    ):
         result = run(args, env)
         assert result.exit_code == 2
         assert "'nope' is not registered (registered: fake-embed (8 dims))" in result.stderr

@@ -11,8 +11,11 @@ from loader.commands.base import App
 @click.argument("role")
 @click.option("--read", is_flag=True, help="Member of kb_reader: search functions only.")
 @click.option("--write", is_flag=True, help="Member of kb_writer: what the loader needs.")
-@click.option("--statement-timeout", metavar="DURATION",
-              help="With --read: the role's statement timeout in this database (e.g. 5s).")  # fmt: skip
+@click.option(
+    "--statement-timeout",
+    metavar="DURATION",
+    help="With --read: the role's statement timeout in this database (e.g. 5s).",
+)
 @click.pass_obj
 def grant(app: App, role: str, read: bool, write: bool, statement_timeout: str | None) -> None:
     """Let login ROLE search (--read) or load (--write) this knowledge base.

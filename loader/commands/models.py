@@ -46,15 +46,25 @@ def models_list(app: App, as_json: bool) -> None:
 @models.command("add")
 @click.argument("name")
 @click.option("--dims", type=click.IntRange(1, 16000), required=True, help="Vector dimensions.")
-@click.option("--provider", type=click.Choice(["local", "openai"]), required=True,
-              help="local (sentence-transformers) or openai (any OpenAI-compatible API).")  # fmt: skip
+@click.option(
+    "--provider",
+    type=click.Choice(["local", "openai"]),
+    required=True,
+    help="local (sentence-transformers) or openai (any OpenAI-compatible API).",
+)
 @click.option("--base-url", help="Base URL of the OpenAI-compatible embeddings API.")
 @click.option("--max-input-tokens", type=click.IntRange(1), help="The model's input limit.")
-@click.option("--api-key-env", metavar="VAR",
-              help="Environment variable holding its API key (the key is never stored).")  # fmt: skip
+@click.option(
+    "--api-key-env",
+    metavar="VAR",
+    help="Environment variable holding its API key (the key is never stored).",
+)
 @click.option("--hnsw-m", type=click.IntRange(2, 100), help="HNSW m (default: the setting).")
-@click.option("--hnsw-ef-construction", type=click.IntRange(4, 1000),
-              help="HNSW ef_construction (default: the setting).")  # fmt: skip
+@click.option(
+    "--hnsw-ef-construction",
+    type=click.IntRange(4, 1000),
+    help="HNSW ef_construction (default: the setting).",
+)
 @click.pass_obj
 def models_add(
     app: App,
@@ -74,12 +84,16 @@ def models_add(
     settings = app.settings()
     with connection(settings) as conn:
         model = add_model(
-            conn, name, dims, provider,
-            base_url=base_url, max_input_tokens=max_input_tokens, api_key_env=api_key_env,
+            conn,
+            name,
+            dims,
+            provider,
+            base_url=base_url,
+            max_input_tokens=max_input_tokens,
+            api_key_env=api_key_env,
             hnsw_m=hnsw_m or settings.hnsw_m,
-            hnsw_ef_construction=hnsw_ef_construction
-            or settings.hnsw_ef_construction,
-        )  # fmt: skip
+            hnsw_ef_construction=hnsw_ef_construction or settings.hnsw_ef_construction,
+        )
     click.echo(
         f"registered {model.name} ({model.dims} dims, {model.provider})"
         + (" as the active model" if model.is_active else f"; {model.missing} chunks to embed")
@@ -139,9 +153,10 @@ class _Bar:
             click.echo(f"{info['holder']} holds the ingestion lock; waiting for it", err=True)
         elif event == "start" and self.tty:
             self.bar = click.progressbar(
-                length=int(info["total"]), label=f"embedding with {info['model']}",
+                length=int(info["total"]),
+                label=f"embedding with {info['model']}",
                 file=sys.stderr,
-            )  # fmt: skip
+            )
             self.bar.__enter__()
         elif event == "batch" and self.bar is not None:
             self.bar.update(int(info["count"]))
@@ -155,10 +170,17 @@ class _Bar:
 @click.command()
 @click.option("--model", "model_name", required=True, help="The registered model to fill.")
 @click.option("--dims", type=click.IntRange(1, 16000), help="When the name has several.")
-@click.option("--batch-size", type=click.IntRange(1, 100000),
-              help="Chunks per committed batch (default: 4 x embedding_batch_size).")  # fmt: skip
-@click.option("--wait/--no-wait", default=True, show_default=True,
-              help="When an ingest or reembed runs: wait for it, or exit at once (code 2).")  # fmt: skip
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 100000),
+    help="Chunks per committed batch (default: 4 x embedding_batch_size).",
+)
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="When an ingest or reembed runs: wait for it, or exit at once (code 2).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_obj
 def reembed(
@@ -193,5 +215,6 @@ def reembed(
         f"{report.remaining} missing"
     )
     if report.remaining == 0:
-        click.echo(f"next: pgkb eval --model {report.model}; pgkb models activate "
-                   f"{report.model}", err=True)  # fmt: skip
+        click.echo(
+            f"next: pgkb eval --model {report.model}; pgkb models activate {report.model}", err=True
+        )

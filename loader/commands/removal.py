@@ -10,8 +10,13 @@ from loader.commands.base import App
 
 
 @click.command()
-@click.option("--older-than", "older_than", required=True, metavar="INTERVAL",
-              help="90d, 12h, 2w, or PostgreSQL interval text ('3 months').")  # fmt: skip
+@click.option(
+    "--older-than",
+    "older_than",
+    required=True,
+    metavar="INTERVAL",
+    help="90d, 12h, 2w, or PostgreSQL interval text ('3 months').",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @click.pass_obj
 def stale(app: App, older_than: str, as_json: bool) -> None:
@@ -34,16 +39,22 @@ def stale(app: App, older_than: str, as_json: bool) -> None:
         click.echo(f"no document is older than {interval}", err=True)
         return
     for r in rows:
-        click.echo(f"{str(r['updated_at'])[:19]}  {r['age']:>24}  {r['chunks']:>5} chunks  "
-                   f"{r['source_uri']}  {r['document_id']}")  # fmt: skip
+        click.echo(
+            f"{str(r['updated_at'])[:19]}  {r['age']:>24}  {r['chunks']:>5} chunks  "
+            f"{r['source_uri']}  {r['document_id']}"
+        )
     click.echo(f"{len(rows)} document(s) not updated for more than {interval}", err=True)
 
 
 @click.command()
 @click.argument("targets", nargs=-1, metavar="SOURCE|ID...")
-@click.option("--source-like", "source_like", metavar="PATTERN",
-              help="Also every document whose source_uri matches this LIKE pattern "
-              "('%' any text); a dry run unless --yes.")  # fmt: skip
+@click.option(
+    "--source-like",
+    "source_like",
+    metavar="PATTERN",
+    help="Also every document whose source_uri matches this LIKE pattern "
+    "('%' any text); a dry run unless --yes.",
+)
 @click.option("--yes", is_flag=True, help="Remove what --source-like matches without asking.")
 @click.option("--dry-run", is_flag=True, help="Only show what would be removed.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
@@ -71,13 +82,13 @@ def remove(
     root = settings.source_root
     with connection(settings) as conn:
         if source_like is not None and not yes and not dry_run:
-            preview = run_remove(conn, targets, source_like=source_like, dry_run=True,
-                                 source_root=root)  # fmt: skip
+            preview = run_remove(
+                conn, targets, source_like=source_like, dry_run=True, source_root=root
+            )
             totals = preview.totals()
             for r in preview.removed:
                 click.echo(f"would remove: {r['source_uri']} ({r['chunks']} chunks)", err=True)
-            question = (f"Remove {totals['documents']} document(s) with {totals['chunks']} "
-                        "chunk(s)?")  # fmt: skip
+            question = f"Remove {totals['documents']} document(s) with {totals['chunks']} chunk(s)?"
             if not sys.stdin.isatty() or not click.confirm(question):
                 click.echo(
                     "dry run: nothing removed (confirm at the prompt, or pass --yes)", err=True
@@ -85,16 +96,22 @@ def remove(
                 if as_json:
                     emit_json(preview.to_dict())
                 return
-        result = run_remove(conn, targets, source_like=source_like, dry_run=dry_run,
-                            source_root=root)  # fmt: skip
+        result = run_remove(
+            conn, targets, source_like=source_like, dry_run=dry_run, source_root=root
+        )
     data = result.to_dict()
     if as_json:
         emit_json(data)
         return
     verb = "would remove" if dry_run else "removed"
     for r in result.removed:
-        click.echo(f"{verb}: {r['source_uri']} ({r['chunks']} chunks, {r['embeddings']} "
-                   f"embeddings, {r['relations']} relations)")  # fmt: skip
+        click.echo(
+            f"{verb}: {r['source_uri']} ({r['chunks']} chunks, {r['embeddings']} "
+            f"embeddings, {r['relations']} relations)"
+        )
     t = result.totals()
-    click.echo(f"{verb} {t['documents']} document(s), {t['chunks']} chunk(s), {t['embeddings']} "
-               f"embedding(s), {t['relations']} relation(s)", err=True)  # fmt: skip
+    click.echo(
+        f"{verb} {t['documents']} document(s), {t['chunks']} chunk(s), {t['embeddings']} "
+        f"embedding(s), {t['relations']} relation(s)",
+        err=True,
+    )

@@ -8,8 +8,13 @@ from loader.commands.base import App
 
 
 @click.command()
-@click.option("--runs", type=click.IntRange(0, 1000), default=5, show_default=True,
-              help="How many of the last ingestion runs to show.")  # fmt: skip
+@click.option(
+    "--runs",
+    type=click.IntRange(0, 1000),
+    default=5,
+    show_default=True,
+    help="How many of the last ingestion runs to show.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print kb.stats() as JSON.")
 @click.pass_obj
 def stats(app: App, runs: int, as_json: bool) -> None:

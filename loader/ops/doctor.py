@@ -170,10 +170,16 @@ def run_checks(settings: Settings) -> list[Check]:
     checks: list[Check] = []
     try:
         url = database_url(settings)
-        conn = connect(url, register=False)
+        conn: Any = connect(url, register=False)
     except PgkbError as exc:
-        checks.append(_check("server", False, exc.message,
-                             exc.hint or "start the server or fix PGKB_DATABASE_URL"))  # fmt: skip
+        checks.append(
+            _check(
+                "server",
+                False,
+                exc.message,
+                exc.hint or "start the server or fix PGKB_DATABASE_URL",
+            )
+        )
         for name in list(EXPLAIN)[1:]:
             checks.append(_skip(name, "the server did not answer"))
         return checks
@@ -184,19 +190,36 @@ def run_checks(settings: Settings) -> list[Check]:
         row = conn.execute(VECTOR_VERSION_SQL).fetchone()
         _rollback(conn)
         if row is None:
-            checks.append(_check("pgvector", False, "the vector extension is not installed",
-                                 "pgkb db upgrade creates it (the server needs pgvector >= 0.8)"))  # fmt: skip
+            checks.append(
+                _check(
+                    "pgvector",
+                    False,
+                    "the vector extension is not installed",
+                    "pgkb db upgrade creates it (the server needs pgvector >= 0.8)",
+                )
+            )
         else:
             good = _version(row[0])[:2] >= MIN_PGVECTOR
-            checks.append(_check("pgvector", good, f"pgvector {row[0]}",
-                                 "ALTER EXTENSION vector UPDATE (install pgvector >= 0.8 on the "
-                                 "server first)"))  # fmt: skip
+            checks.append(
+                _check(
+                    "pgvector",
+                    good,
+                    f"pgvector {row[0]}",
+                    "ALTER EXTENSION vector UPDATE (install pgvector >= 0.8 on the server first)",
+                )
+            )
 
         revision = current_revision(conn)
         head = head_revision()
         at_head = revision == head
-        checks.append(_check("schema", at_head, f"kb schema at {revision or 'nothing'}, "
-                             f"this pgkb's head is {head}", "pgkb db upgrade"))  # fmt: skip
+        checks.append(
+            _check(
+                "schema",
+                at_head,
+                f"kb schema at {revision or 'nothing'}, this pgkb's head is {head}",
+                "pgkb db upgrade",
+            )
+        )
         if revision is None:
             for name in list(EXPLAIN)[3:]:
                 checks.append(_skip(name, "there is no kb schema"))
@@ -204,19 +227,29 @@ def run_checks(settings: Settings) -> list[Check]:
 
         try:
             drift = function_drift(conn)
-            checks.append(_check("functions", not drift,
-                                 "; ".join(drift) or "every function equals its file",
-                                 "pgkb db upgrade; a function edited by hand: re-create it "
-                                 "from its file in sql_functions/"))  # fmt: skip
+            checks.append(
+                _check(
+                    "functions",
+                    not drift,
+                    "; ".join(drift) or "every function equals its file",
+                    "pgkb db upgrade; a function edited by hand: re-create it "
+                    "from its file in sql_functions/",
+                )
+            )
         except psycopg.Error as exc:
             _rollback(conn)
             checks.append(_skip("functions", f"cannot compare (run doctor as the kb owner): {exc}"))
 
         invalid = [r[0] for r in conn.execute(INVALID_INDEXES_SQL).fetchall()]
         _rollback(conn)
-        checks.append(_check("indexes", not invalid,
-                             ("invalid: " + ", ".join(invalid)) if invalid else "all valid",
-                             "pgkb reindex (rebuilds them concurrently)"))  # fmt: skip
+        checks.append(
+            _check(
+                "indexes",
+                not invalid,
+                ("invalid: " + ", ".join(invalid)) if invalid else "all valid",
+                "pgkb reindex (rebuilds them concurrently)",
+            )
+        )
 
         if not at_head:
             for name in ("embeddings", "dims"):
@@ -228,52 +261,79 @@ def run_checks(settings: Settings) -> list[Check]:
             if active is None:
                 checks.append(_check("embeddings", True, "no model registered yet (empty kb)"))
             else:
-                checks.append(_check("embeddings", active[3] == 0,
-                                     f"{active[3]} chunk(s) without a vector of the active model "
-                                     f"{active[0]}",
-                                     f"pgkb reembed --model {active[0]}"))  # fmt: skip
+                checks.append(
+                    _check(
+                        "embeddings",
+                        active[3] == 0,
+                        f"{active[3]} chunk(s) without a vector of the active model {active[0]}",
+                        f"pgkb reembed --model {active[0]}",
+                    )
+                )
             wrong = [f"{m[0]} ({m[4]} vectors)" for m in models if m[4]]
             problems = ["vectors of the wrong dimension: " + ", ".join(wrong)] if wrong else []
             if active is not None and (active[0], active[1]) != (
-                settings.embedding_model, settings.embedding_dims,
-            ):  # fmt: skip
+                settings.embedding_model,
+                settings.embedding_dims,
+            ):
                 problems.append(
                     f"pgkb is configured with {settings.embedding_model} "
                     f"({settings.embedding_dims} dims) but the active model is {active[0]} "
                     f"({active[1]} dims)"
                 )
-            checks.append(_check("dims", not problems,
-                                 "; ".join(problems) or "vectors and configuration agree",
-                                 "configure PGKB_EMBEDDING_MODEL / _DIMS / _PROVIDER as the active "
-                                 "model (pgkb models list); drop a model whose vectors are wrong "
-                                 "and add it again"))  # fmt: skip
+            checks.append(
+                _check(
+                    "dims",
+                    not problems,
+                    "; ".join(problems) or "vectors and configuration agree",
+                    "configure PGKB_EMBEDDING_MODEL / _DIMS / _PROVIDER as the active "
+                    "model (pgkb models list); drop a model whose vectors are wrong "
+                    "and add it again",
+                )
+            )
 
         checks.append(_settings_check(settings))
 
         roles = {r[0] for r in conn.execute(ROLES_SQL).fetchall()}
         missing_roles = sorted({"kb_reader", "kb_writer"} - roles)
         if missing_roles:
-            checks.append(_check("roles", False, "missing role(s): " + ", ".join(missing_roles),
-                                 "CREATE ROLE kb_reader NOLOGIN; CREATE ROLE kb_writer NOLOGIN; "
-                                 "then pgkb db upgrade again as the kb owner"))  # fmt: skip
+            checks.append(
+                _check(
+                    "roles",
+                    False,
+                    "missing role(s): " + ", ".join(missing_roles),
+                    "CREATE ROLE kb_reader NOLOGIN; CREATE ROLE kb_writer NOLOGIN; "
+                    "then pgkb db upgrade again as the kb owner",
+                )
+            )
         else:
             wrong_grants = [
                 f"{what}: expected {'yes' if want else 'no'}"
                 for what, have, want in conn.execute(PRIVILEGES_SQL).fetchall()
                 if bool(have) != bool(want)
             ]
-            checks.append(_check("roles", not wrong_grants,
-                                 "; ".join(wrong_grants) or "kb_reader and kb_writer as documented",
-                                 "REVOKE what is too wide, GRANT what is missing (README, "
-                                 "Operations: roles for services)"))  # fmt: skip
+            checks.append(
+                _check(
+                    "roles",
+                    not wrong_grants,
+                    "; ".join(wrong_grants) or "kb_reader and kb_writer as documented",
+                    "REVOKE what is too wide, GRANT what is missing (README, "
+                    "Operations: roles for services)",
+                )
+            )
         _rollback(conn)
 
         public_create = bool(conn.execute(PUBLIC_CREATE_SQL).fetchone()[0])
         _rollback(conn)
-        checks.append(_check("public_schema", not public_create,
-                             "PUBLIC may create objects in schema public" if public_create
-                             else "PUBLIC may not create in schema public",
-                             "REVOKE CREATE ON SCHEMA public FROM PUBLIC"))  # fmt: skip
+        checks.append(
+            _check(
+                "public_schema",
+                not public_create,
+                "PUBLIC may create objects in schema public"
+                if public_create
+                else "PUBLIC may not create in schema public",
+                "REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+            )
+        )
     finally:
         conn.close()
     return checks
@@ -287,9 +347,12 @@ def _settings_check(settings: Settings) -> Check:
         check_chunk_size(settings, embedder)
     except PgkbError as exc:
         return _check("settings", False, exc.message, exc.hint or "fix the setting")
-    return _check("settings", True,
-                  f"chunk_tokens={settings.chunk_tokens} fits {settings.embedding_model}'s input "
-                  f"of {embedder.max_input_tokens} tokens")  # fmt: skip
+    return _check(
+        "settings",
+        True,
+        f"chunk_tokens={settings.chunk_tokens} fits {settings.embedding_model}'s input "
+        f"of {embedder.max_input_tokens} tokens",
+    )
 
 
 def render(checks: list[Check]) -> str:

@@ -27,9 +27,7 @@ def reindex(conn: Any, progress: Callable[[str], None] | None = None) -> list[di
     for name, invalid in conn.execute(INDEXES_SQL).fetchall():
         if progress:
             progress(name)
-        conn.execute(
-            sql.SQL("REINDEX INDEX CONCURRENTLY {}").format(sql.Identifier("kb", name))
-        )
+        conn.execute(sql.SQL("REINDEX INDEX CONCURRENTLY {}").format(sql.Identifier("kb", name)))
         done.append({"index": name, "was_invalid": bool(invalid)})
     return done
 

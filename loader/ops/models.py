@@ -92,10 +92,11 @@ def find_model(conn: Any, name: str, dims: int | None = None) -> Model:
     registered = ", ".join(f"{m.name} ({m.dims} dims)" for m in models) or "none"
     if not found:
         raise PgkbError(
-            f"embedding model {name!r}" + (f" ({dims} dims)" if dims else "")
+            f"embedding model {name!r}"
+            + (f" ({dims} dims)" if dims else "")
             + f" is not registered (registered: {registered})",
             hint="pgkb models add NAME --dims N --provider local|openai registers one",
-        )  # fmt: skip
+        )
     raise PgkbError(
         f"embedding model {name!r} is registered with several dimensions ({registered})",
         hint="name the dimensions with --dims",
@@ -319,7 +320,10 @@ def reembed(
                 if not rows:
                     break
                 texts = [embed_text(chunker, r[1], r[2], r[3]) for r in rows]
-                vectors = embedder.embed(texts)
+                try:
+                    vectors = embedder.embed(texts)
+                except ModelMismatchError as exc:  # the API checked the dims for us
+                    raise _dims_error(model, _returned_dims(exc.message), report) from None
                 if len(vectors) != len(texts):
                     raise PgkbError(
                         f"the embedding model {model.name} returned {len(vectors)} vectors for "
@@ -327,13 +331,7 @@ def reembed(
                     )
                 for vector in vectors:
                     if len(vector) != model.dims:
-                        raise ModelMismatchError(
-                            f"the embedding model {model.name} returned {len(vector)}-dimensional "
-                            f"vectors, but it is registered with {model.dims} dims; nothing of "
-                            f"this batch was stored ({report.embedded} embedded before it stay)",
-                            hint="check the model's name and endpoint (pgkb models list), or "
-                            "drop it and add it again with the right --dims",
-                        )
+                        raise _dims_error(model, str(len(vector)), report)
                 with conn.transaction(), conn.cursor() as cur:
                     cur.executemany(
                         STORE_SQL,
@@ -346,3 +344,20 @@ def reembed(
                     progress("batch", {"count": len(rows)})
         report.remaining = find_model(conn, model.name, model.dims).missing
     return report
+
+
+def _returned_dims(message: str) -> str:
+    import re
+
+    found = re.search(r"returned (\d+)-dimensional", message)
+    return found.group(1) if found else "other"
+
+
+def _dims_error(model: Model, got: str, report: ReembedReport) -> ModelMismatchError:
+    return ModelMismatchError(
+        f"the embedding model {model.name} returned {got}-dimensional vectors, but it is "
+        f"registered with {model.dims} dims; nothing of this batch was stored "
+        f"({report.embedded} chunks embedded before it are kept)",
+        hint="check the model's name and endpoint (pgkb models list), or drop it "
+        "(pgkb models drop NAME) and add it again with the right --dims",
+    )

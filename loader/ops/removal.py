@@ -51,8 +51,11 @@ def parse_interval(conn: Any, text: str) -> str:
         raise PgkbError(f"--older-than {text!r} is not an interval (no unit)", hint=hint)
     try:
         row = conn.execute(INTERVAL_SQL, (candidate,)).fetchone()
-    except (psycopg.errors.InvalidDatetimeFormat, psycopg.errors.DatetimeFieldOverflow,
-            psycopg.errors.IntervalFieldOverflow):  # fmt: skip
+    except (
+        psycopg.errors.InvalidDatetimeFormat,
+        psycopg.errors.DatetimeFieldOverflow,
+        psycopg.errors.IntervalFieldOverflow,
+    ):
         conn.rollback()
         raise PgkbError(f"--older-than {text!r} is not an interval", hint=hint) from None
     conn.rollback()

@@ -48,7 +48,9 @@ def render(data: dict[str, Any]) -> str:
     if not data["models"]:
         lines.append("  (no model registered)")
     lines.append("")
-    lines.append(f"{'category':<24} {'docs':>7} {'chunks':>8}  {'oldest update':<19}  newest update")
+    lines.append(
+        f"{'category':<24} {'docs':>7} {'chunks':>8}  {'oldest update':<19}  newest update"
+    )
     for c in data["categories"]:
         name = c["category"] if c["category"] is not None else "(none)"
         lines.append(
