@@ -251,46 +251,52 @@ def run_checks(settings: Settings) -> list[Check]:
             )
         )
 
-        if not at_head:
-            for name in ("embeddings", "dims"):
-                checks.append(_skip(name, "the schema is not at head"))
-        else:
-            models = conn.execute(MODELS_SQL).fetchall()
-            _rollback(conn)
-            active = next((m for m in models if m[2]), None)
-            if active is None:
-                checks.append(_check("embeddings", True, "no model registered yet (empty kb)"))
+        try:
+            if not at_head:
+                for name in ("embeddings", "dims"):
+                    checks.append(_skip(name, "the schema is not at head"))
             else:
+                models = conn.execute(MODELS_SQL).fetchall()
+                _rollback(conn)
+                active = next((m for m in models if m[2]), None)
+                if active is None:
+                    checks.append(_check("embeddings", True, "no model registered yet (empty kb)"))
+                else:
+                    checks.append(
+                        _check(
+                            "embeddings",
+                            active[3] == 0,
+                            f"{active[3]} chunk(s) without a vector of the active model "
+                            f"{active[0]}",
+                            f"pgkb reembed --model {active[0]}",
+                        )
+                    )
+                wrong = [f"{m[0]} ({m[4]} vectors)" for m in models if m[4]]
+                problems = ["vectors of the wrong dimension: " + ", ".join(wrong)] if wrong else []
+                if active is not None and (active[0], active[1]) != (
+                    settings.embedding_model,
+                    settings.embedding_dims,
+                ):
+                    problems.append(
+                        f"pgkb is configured with {settings.embedding_model} "
+                        f"({settings.embedding_dims} dims) but the active model is {active[0]} "
+                        f"({active[1]} dims)"
+                    )
                 checks.append(
                     _check(
-                        "embeddings",
-                        active[3] == 0,
-                        f"{active[3]} chunk(s) without a vector of the active model {active[0]}",
-                        f"pgkb reembed --model {active[0]}",
+                        "dims",
+                        not problems,
+                        "; ".join(problems) or "vectors and configuration agree",
+                        "configure PGKB_EMBEDDING_MODEL / _DIMS / _PROVIDER as the active "
+                        "model (pgkb models list); drop a model whose vectors are wrong "
+                        "and add it again",
                     )
                 )
-            wrong = [f"{m[0]} ({m[4]} vectors)" for m in models if m[4]]
-            problems = ["vectors of the wrong dimension: " + ", ".join(wrong)] if wrong else []
-            if active is not None and (active[0], active[1]) != (
-                settings.embedding_model,
-                settings.embedding_dims,
-            ):
-                problems.append(
-                    f"pgkb is configured with {settings.embedding_model} "
-                    f"({settings.embedding_dims} dims) but the active model is {active[0]} "
-                    f"({active[1]} dims)"
-                )
-            checks.append(
-                _check(
-                    "dims",
-                    not problems,
-                    "; ".join(problems) or "vectors and configuration agree",
-                    "configure PGKB_EMBEDDING_MODEL / _DIMS / _PROVIDER as the active "
-                    "model (pgkb models list); drop a model whose vectors are wrong "
-                    "and add it again",
-                )
-            )
 
+        except psycopg.Error as exc:
+            _rollback(conn)
+            for name in ("embeddings", "dims"):
+                checks.append(_check(name, False, f"cannot check: {exc}", "fix the checks above"))
         checks.append(_settings_check(settings))
 
         roles = {r[0] for r in conn.execute(ROLES_SQL).fetchall()}
@@ -306,11 +312,15 @@ def run_checks(settings: Settings) -> list[Check]:
                 )
             )
         else:
-            wrong_grants = [
-                f"{what}: expected {'yes' if want else 'no'}"
-                for what, have, want in conn.execute(PRIVILEGES_SQL).fetchall()
-                if bool(have) != bool(want)
-            ]
+            try:
+                wrong_grants = [
+                    f"{what}: expected {'yes' if want else 'no'}"
+                    for what, have, want in conn.execute(PRIVILEGES_SQL).fetchall()
+                    if bool(have) != bool(want)
+                ]
+            except psycopg.Error as exc:  # e.g. a search function is gone with pgvector
+                _rollback(conn)
+                wrong_grants = [f"cannot check: {exc}"]
             checks.append(
                 _check(
                     "roles",
