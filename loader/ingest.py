@@ -39,6 +39,7 @@ from loader.embedding import Embedder, ensure_model, get_embedder
 from loader.errors import ConfigError, DatabaseError, PgkbError
 from loader.extract import FORMATS, ExtractionError, Section, extract, mime_type
 from loader.ops.runs import record_run
+from loader.ops.sources import SourceNames
 from loader.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -604,6 +605,8 @@ def ingest_paths(
     meta = dict(meta or {})
     with report.phase("scan"):
         scan = scan_paths(paths)
+    names = SourceNames.for_root(settings.source_root)  # source_uri relative to it, if set
+    names.check([*scan.files, *scan.roots])
     embedder = embedder or get_embedder(settings)
     max_bytes = int(settings.max_file_mb * 1_000_000)
     Chunker.from_settings(settings, embedder)  # ConfigError before touching the database
@@ -623,7 +626,7 @@ def ingest_paths(
         writer = _Writer(conn, embedder, model_id, settings.embedding_batch_size, report, progress)
         try:
             for path in scan.files:
-                source = str(path)
+                source = names.uri(path)
                 prepared = _prepare_file(
                     path, source, stored, fingerprint, chunker, category, meta, max_bytes,
                     report,
@@ -641,7 +644,7 @@ def ingest_paths(
             log.error("run stopped: %s", exc)
         if prune and not report.aborted:
             with report.phase("prune"):
-                report.pruned = _prune(conn, scan)
+                report.pruned = _prune(conn, scan, names)
         _analyze(conn, report)
     report.seconds["total"] = time.perf_counter() - started
     return report
@@ -686,22 +689,18 @@ def _prepare_file(
     return _Prepared(source, title, sha, category, metadata, chunks, previous is None)
 
 
-def _like_prefix(root: Path) -> str:
-    text = str(root).rstrip("/") + "/"
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
-def _prune(conn: Any, scan: _Scan) -> int:
+def _prune(conn: Any, scan: _Scan, names: SourceNames | None = None) -> int:
     """Delete documents under the scanned folders whose files no longer exist."""
-    present = {str(f) for f in scan.files}
+    names = names or SourceNames()
+    present = {names.uri(f) for f in scan.files}
     doomed: list[str] = []
     for root in scan.roots:
         rows = conn.execute(
             "SELECT source_uri FROM kb.documents WHERE source_uri LIKE %s",
-            (_like_prefix(root),),
+            (names.like_prefix(root),),
         ).fetchall()
         for (uri,) in rows:
-            if uri not in present and not os.path.lexists(uri):
+            if uri not in present and names.owns(uri) and not os.path.lexists(names.path(uri)):
                 doomed.append(uri)
     conn.commit()
     if not doomed:
