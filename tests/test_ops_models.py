@@ -240,3 +240,40 @@ def test_unknown_models_are_named(kb: tuple[Settings, dict[str, str]]) -> None:
         assert "'nope' is not registered (registered: fake-embed (8 dims))" in result.stderr
     dup = run(["models", "add", "fake-embed", "--dims", "8", "--provider", "openai"], env)
     assert dup.exit_code == 2 and "registered already" in dup.stderr
+
+
+def test_eval_compares_a_model_before_switching(
+    kb: tuple[Settings, dict[str, str]], fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    settings, env = kb
+    questions = tmp_path / "q.json"
+    questions.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "q1",
+                    "question": "dead tuples vacuum",
+                    "kind": "exact",
+                    "sources": ["vacuum.md"],
+                },
+                {
+                    "id": "q2",
+                    "question": "archive WAL segments",
+                    "kind": "exact",
+                    "sources": ["wal.md"],
+                },
+            ]
+        )
+    )
+    assert _add(env, fake_openai, "fake-embed-2", 8).exit_code == 0
+    args = ["eval", "--questions", str(questions), "--model", "fake-embed-2", "--json"]
+    early = run(args, env)
+    assert early.exit_code == 2 and "have no embedding of fake-embed-2" in early.stderr
+    reembed(settings, "fake-embed-2")
+    fake_openai.requests.clear()
+    result = run(args, env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["parameters"]["embedding_model"] == "fake-embed-2"
+    # the questions were embedded by the model under test, and nothing was ingested
+    assert {r.body["model"] for r in fake_openai.requests_to("/v1/embeddings")} == {"fake-embed-2"}
+    assert _models(env)["fake-embed"]["is_active"]

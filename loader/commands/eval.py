@@ -59,6 +59,8 @@ from loader.commands.base import App
     help="With --beir: evaluate only the first N judged queries.",
 )
 @click.option("--no-ingest", is_flag=True, help="Evaluate what the knowledge base holds as is.")
+@click.option("--model", "model_name", help="Evaluate a registered (re-embedded) model, not the "
+              "active one; implies --no-ingest (pgkb models list).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_obj
 def eval_command(
@@ -73,6 +75,7 @@ def eval_command(
     max_false_flags: float,
     max_queries: int | None,
     no_ingest: bool,
+    model_name: str | None,
     as_json: bool,
 ) -> None:
     """Run retrieval only (no generation) for every question through the vector, keyword and
@@ -92,6 +95,10 @@ def eval_command(
     from loader.evaluation.report import render
 
     settings = app.settings()
+    if model_name is not None:  # compare a model before switching to it
+        from loader.ops.models import settings_for_model
+
+        settings, no_ingest = settings_for_model(settings, model_name), True
 
     def progress(message: str) -> None:
         click.echo(message, err=True)

@@ -200,6 +200,22 @@ def model_settings(settings: Settings, model: Model) -> Settings:
     return settings.replace(**changes)
 
 
+def settings_for_model(settings: Settings, name: str) -> Settings:
+    """``settings`` with the embedding model set to the registered model ``name`` (for
+    ``pgkb eval --model``: queries embedded by it, searches through its vectors)."""
+    from loader.db import connection
+
+    with connection(settings) as conn:
+        model = find_model(conn, name)
+    if model.missing:
+        raise PgkbError(
+            f"{model.missing} chunk(s) have no embedding of {model.name}: its figures would "
+            "be too low",
+            hint=f"run pgkb reembed --model {model.name} first",
+        )
+    return model_settings(settings, model)
+
+
 # --- the lock ingestion holds -------------------------------------------------------------------
 
 
