@@ -16,7 +16,8 @@ def _say(what: str) -> None:
 def reindex(app: App) -> None:
     """Rebuild every kb index with REINDEX INDEX CONCURRENTLY (also invalid ones).
 
-    Searches and ingestion keep running; run as the kb owner."""
+    Searches and ingestion keep running; run as the kb owner. Exit code 1 when an index could
+    not be rebuilt (it is named; the others are rebuilt)."""
     from loader.db import connect, database_url
     from loader.ops.maintenance import reindex as run_reindex
 
@@ -25,7 +26,18 @@ def reindex(app: App) -> None:
         done = run_reindex(conn, lambda name: _say(f"reindexing kb.{name}"))
     finally:
         conn.close()
-    click.echo(f"rebuilt {len(done)} index(es)")
+    failed = [d for d in done if d["error"]]
+    for d in failed:
+        click.secho(
+            f"Error: kb.{d['index']} could not be rebuilt: {d['error']}", fg="red", err=True
+        )
+        click.echo(
+            f"  hint: if it is an index you do not need, DROP INDEX CONCURRENTLY kb.{d['index']}",
+            err=True,
+        )
+    click.echo(f"rebuilt {len(done) - len(failed)} of {len(done)} index(es)")
+    if failed:
+        click.get_current_context().exit(1)
 
 
 @click.command()

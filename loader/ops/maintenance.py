@@ -20,15 +20,25 @@ SELECT c.relname FROM pg_class c
 
 
 def reindex(conn: Any, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Rebuild every kb index concurrently (invalid ones included); ``conn`` in autocommit."""
+    """Rebuild every kb index concurrently (invalid ones included); ``conn`` in autocommit.
+
+    One row per index: ``index``, ``was_invalid`` and ``error`` (None, or why the rebuild failed:
+    the index keeps its previous state and the others are still rebuilt)."""
+    import psycopg
     from psycopg import sql
 
-    done = []
+    done: list[dict[str, Any]] = []
     for name, invalid in conn.execute(INDEXES_SQL).fetchall():
         if progress:
             progress(name)
-        conn.execute(sql.SQL("REINDEX INDEX CONCURRENTLY {}").format(sql.Identifier("kb", name)))
-        done.append({"index": name, "was_invalid": bool(invalid)})
+        error = None
+        try:
+            conn.execute(
+                sql.SQL("REINDEX INDEX CONCURRENTLY {}").format(sql.Identifier("kb", name))
+            )
+        except psycopg.Error as exc:
+            error = (exc.diag.message_primary if exc.diag else None) or str(exc)
+        done.append({"index": name, "was_invalid": bool(invalid), "error": error})
     return done
 
 
