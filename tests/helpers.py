@@ -3,6 +3,8 @@
 Databases: ``with_dbname``, ``create_database``, ``drop_database``, ``migrate``. Corpora: the
 hand-made 4-dimensional corpus of the answer and agent tests (``load_corpus``, ``HandEmbedder``,
 ``chat_settings``) and the golden 3-dimensional corpus of the search tests (``load_golden``).
+Ingestion through the fake embeddings server: ``ingest_settings``, ``settings_env``,
+``write_docs`` (a small folder of every format).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import hashlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -19,7 +22,8 @@ import psycopg
 from pgvector import Vector
 from psycopg import sql
 
-from loader.settings import Settings
+from loader.settings import Settings, load_settings
+from tests.pdfs import text_pdf
 
 if TYPE_CHECKING:  # the fake server is a pytest plugin (conftest), imported by pytest first
     from tests.fake_openai import FakeOpenAI
@@ -311,3 +315,63 @@ def load_golden(conn: psycopg.Connection[Any]) -> Corpus:
         ids.append(chunk_id)
     conn.commit()
     return Corpus(ids, model_id)
+
+
+# --- ingestion through the fake embeddings server -------------------------------------------
+
+PARAGRAPHS = [
+    "Vacuum reclaims storage occupied by dead tuples and keeps statistics current.",
+    "Autovacuum runs in the background and triggers on thresholds per table.",
+    "Freezing old transaction ids prevents wraparound failures in busy clusters.",
+]
+
+
+def ingest_settings(db_url: str, tmp_path: Path, fake: FakeOpenAI, **more: Any) -> Settings:
+    """Settings for ingesting through the fake embeddings server: 40-token chunks, no retries."""
+    values: dict[str, Any] = {
+        "database_url": db_url,
+        "data_dir": str(tmp_path / "data"),
+        "embedding_provider": "openai",
+        "embedding_model": "fake-embed",
+        "embedding_dims": fake.dims,
+        "embedding_base_url": fake.base_url,
+        "embedding_max_retries": 0,
+        "chunk_tokens": 40,
+        "chunk_overlap": 0,
+    }
+    values.update(more)
+    return load_settings(env={}, **values)
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The PGKB_* environment that gives a ``pgkb`` subprocess or CliRunner ``settings``."""
+    return {
+        "PGKB_DATABASE_URL": str(settings.database_url),
+        "PGKB_DATA_DIR": str(settings.data_dir),
+        "PGKB_EMBEDDING_PROVIDER": settings.embedding_provider,
+        "PGKB_EMBEDDING_MODEL": settings.embedding_model,
+        "PGKB_EMBEDDING_DIMS": str(settings.embedding_dims),
+        "PGKB_EMBEDDING_BASE_URL": str(settings.embedding_base_url),
+        "PGKB_EMBEDDING_MAX_RETRIES": str(settings.embedding_max_retries),
+        "PGKB_CHUNK_TOKENS": str(settings.chunk_tokens),
+        "PGKB_CHUNK_OVERLAP": str(settings.chunk_overlap),
+    }
+
+
+def write_docs(root: Path) -> None:
+    """A small folder of every format: guides/vacuum.md, guides/wal.md, notes.txt, page.html,
+    guide.pdf, and image.png (unsupported: skipped quietly)."""
+    (root / "guides").mkdir(parents=True)
+    (root / "guides" / "vacuum.md").write_text("# Vacuum\n\n" + "\n\n".join(PARAGRAPHS) + "\n")
+    (root / "guides" / "wal.md").write_text(
+        "# WAL\n\n## Archiving\n\nArchive WAL segments to durable storage.\n"
+    )
+    (root / "notes.txt").write_text("Plain notes about checkpoints and their spacing.\n")
+    (root / "page.html").write_text(
+        "<html><head><title>Locks</title></head><body><nav>Prev Next</nav>"
+        "<h1>Locks</h1><p>Row locks block writers, never readers.</p></body></html>"
+    )
+    (root / "guide.pdf").write_bytes(
+        text_pdf([["Backups should be tested by restoring them."]], title="Backup Guide")
+    )
+    (root / "image.png").write_bytes(b"\x89PNG not ingested")  # unsupported: skipped quietly

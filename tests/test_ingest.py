@@ -25,62 +25,13 @@ from loader.ingest.pipeline import ingest_documents, ingest_paths
 from loader.ingest.sources import SourceDocument
 from loader.ingest.writer import INGEST_LOCK_KEY
 from loader.providers.openai_embeddings import OpenAIEmbedder
-from loader.settings import Settings, load_settings
+from loader.settings import load_settings
 from tests.fake_openai import FakeOpenAI, Reply
+from tests.helpers import PARAGRAPHS
+from tests.helpers import ingest_settings as _settings
+from tests.helpers import settings_env as _env
+from tests.helpers import write_docs as _write_docs
 from tests.pdfs import blank_pdf, text_pdf
-
-PARAGRAPHS = [
-    "Vacuum reclaims storage occupied by dead tuples and keeps statistics current.",
-    "Autovacuum runs in the background and triggers on thresholds per table.",
-    "Freezing old transaction ids prevents wraparound failures in busy clusters.",
-]
-
-
-def _settings(db_url: str, tmp_path: Path, fake: FakeOpenAI, **more: Any) -> Settings:
-    values: dict[str, Any] = {
-        "database_url": db_url,
-        "data_dir": str(tmp_path / "data"),
-        "embedding_provider": "openai",
-        "embedding_model": "fake-embed",
-        "embedding_dims": fake.dims,
-        "embedding_base_url": fake.base_url,
-        "embedding_max_retries": 0,
-        "chunk_tokens": 40,
-        "chunk_overlap": 0,
-    }
-    values.update(more)
-    return load_settings(env={}, **values)
-
-
-def _env(settings: Settings) -> dict[str, str]:
-    return {
-        "PGKB_DATABASE_URL": str(settings.database_url),
-        "PGKB_DATA_DIR": str(settings.data_dir),
-        "PGKB_EMBEDDING_PROVIDER": settings.embedding_provider,
-        "PGKB_EMBEDDING_MODEL": settings.embedding_model,
-        "PGKB_EMBEDDING_DIMS": str(settings.embedding_dims),
-        "PGKB_EMBEDDING_BASE_URL": str(settings.embedding_base_url),
-        "PGKB_EMBEDDING_MAX_RETRIES": str(settings.embedding_max_retries),
-        "PGKB_CHUNK_TOKENS": str(settings.chunk_tokens),
-        "PGKB_CHUNK_OVERLAP": str(settings.chunk_overlap),
-    }
-
-
-def _write_docs(root: Path) -> None:
-    (root / "guides").mkdir(parents=True)
-    (root / "guides" / "vacuum.md").write_text("# Vacuum\n\n" + "\n\n".join(PARAGRAPHS) + "\n")
-    (root / "guides" / "wal.md").write_text(
-        "# WAL\n\n## Archiving\n\nArchive WAL segments to durable storage.\n"
-    )
-    (root / "notes.txt").write_text("Plain notes about checkpoints and their spacing.\n")
-    (root / "page.html").write_text(
-        "<html><head><title>Locks</title></head><body><nav>Prev Next</nav>"
-        "<h1>Locks</h1><p>Row locks block writers, never readers.</p></body></html>"
-    )
-    (root / "guide.pdf").write_bytes(
-        text_pdf([["Backups should be tested by restoring them."]], title="Backup Guide")
-    )
-    (root / "image.png").write_bytes(b"\x89PNG not ingested")  # unsupported: skipped quietly
 
 
 def _embedding_inputs(fake: FakeOpenAI) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from loader.cli.base import App, setting_option
+from loader.cli.filters import filter_options, filter_settings
 
 
 @click.command()
@@ -23,6 +24,7 @@ from loader.cli.base import App, setting_option
 @setting_option("chat_model", help="Chat model; unset: answer with the cited passages.")
 @setting_option("chat_base_url", help="OpenAI-compatible chat API base URL.")
 @setting_option("agent_max_steps", type=int, help="Model calls the reader agent may make.")
+@filter_options
 @click.pass_obj
 def ask(
     app: App,
@@ -34,6 +36,9 @@ def ask(
     chat_model: str | None,
     chat_base_url: str | None,
     agent_max_steps: int | None,
+    source_pattern: str | None,
+    meta_filters: tuple[str, ...],
+    min_similarity: float | None,
 ) -> None:
     """Answer QUESTION from the knowledge base, citing sources, or say "I don't know".
 
@@ -46,7 +51,10 @@ def ask(
     from loader.cli.base import emit_json
 
     settings = app.settings(
-        chat_model=chat_model, chat_base_url=chat_base_url, agent_max_steps=agent_max_steps
+        chat_model=chat_model,
+        chat_base_url=chat_base_url,
+        agent_max_steps=agent_max_steps,
+        **filter_settings(source_pattern, meta_filters, min_similarity),
     )
     text = " ".join(question)
     prepare_question(text)  # an empty question is an error before anything loads

@@ -94,6 +94,12 @@ class _Bar:
 @setting_option("chunk_overlap", type=int, help="Overlap between chunks, in tokens.")
 @setting_option("embedding_batch_size", type=int, help="Texts per embedding call.")
 @setting_option("max_file_mb", type=float, help="Larger files are reported as failed.")
+@setting_option(
+    "source_root",
+    "--root",
+    type=click.Path(file_okay=False),
+    help="Store source_uri relative to this folder (same documents wherever it is mounted).",
+)
 @click.pass_obj
 def ingest(
     app: App,
@@ -107,6 +113,7 @@ def ingest(
     chunk_overlap: int | None,
     embedding_batch_size: int | None,
     max_file_mb: float | None,
+    source_root: str | None,
 ) -> None:
     """Ingest Markdown, text, HTML and PDF files and folders (recursively).
 
@@ -124,6 +131,7 @@ def ingest(
         chunk_overlap=chunk_overlap,
         embedding_batch_size=embedding_batch_size,
         max_file_mb=max_file_mb,
+        source_root=source_root,
     )
     if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
         # failures and the summary are printed below; per-file lines come with -v

@@ -9,7 +9,6 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,6 +18,7 @@ from loader.errors import PgkbError
 from loader.ingest.chunking import Chunk
 from loader.ingest.report import IngestReport, ProgressCallback
 from loader.ingest.sources import Scan
+from loader.ops.sources import SourceNames
 from loader.providers.embeddings import Embedder
 
 log = logging.getLogger(__name__)
@@ -253,22 +253,21 @@ def analyze(conn: psycopg.Connection[Any], report: IngestReport) -> None:
             conn.commit()
 
 
-def _like_prefix(root: Path) -> str:
-    text = str(root).rstrip("/") + "/"
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
-def prune_missing(conn: psycopg.Connection[Any], scan: Scan) -> int:
-    """Delete documents under the scanned folders whose files no longer exist."""
-    present = {str(f) for f in scan.files}
+def prune_missing(
+    conn: psycopg.Connection[Any], scan: Scan, names: SourceNames | None = None
+) -> int:
+    """Delete documents under the scanned folders whose files no longer exist (``names``: how
+    source_uri is formed, absolute or relative to the source root)."""
+    names = names or SourceNames()
+    present = {names.uri(f) for f in scan.files}
     doomed: list[str] = []
     for root in scan.roots:
         rows = conn.execute(
             queries.SOURCE_URIS_LIKE,
-            (_like_prefix(root),),
+            (names.like_prefix(root),),
         ).fetchall()
         for (uri,) in rows:
-            if uri not in present and not os.path.lexists(uri):
+            if uri not in present and names.owns(uri) and not os.path.lexists(names.path(uri)):
                 doomed.append(uri)
     conn.commit()
     if not doomed:
