@@ -127,3 +127,30 @@ def test_each_check_fails_with_its_explanation_and_fix(
     text = run(["doctor"], env)
     assert text.exit_code == 1
     assert f"[FAIL] {name}: " in text.stdout and "fix: " in text.stdout
+
+
+def test_doctor_reads_every_function_file_including_query_terms(
+    kb: dict[str, str], db_url: str
+) -> None:
+    """kb.query_terms (migration 0002) is checked like every function with a file: a hand edit
+    is a drift, and kb_reader losing EXECUTE on it (the abstention gate's term statistics) is a
+    wrong grant, both named."""
+    with _admin(db_url) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION kb.query_terms(query_text text)"
+            " RETURNS TABLE (lexeme text, df integer, idf double precision)"
+            " LANGUAGE sql STABLE SECURITY DEFINER SET search_path = kb, public, pg_temp"
+            " AS $$ SELECT NULL::text, 0, 0.0::double precision WHERE false $$"
+        )
+        conn.execute("REVOKE EXECUTE ON FUNCTION kb.query_terms(text) FROM kb_reader")
+    result = run(["doctor", "--json"], kb)
+    assert result.exit_code == 1, result.output
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert checks["functions"]["status"] == "fail"
+    assert (
+        "kb.query_terms differs from sql_functions/query_terms.sql"
+        in (checks["functions"]["detail"])
+    )
+    assert checks["roles"]["status"] == "fail"
+    assert "kb_reader may call kb.query_terms: expected yes" in checks["roles"]["detail"]
+    assert "hybrid_search" not in checks["roles"]["detail"]  # only what is wrong is named
