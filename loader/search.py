@@ -125,11 +125,12 @@ def search(
     params: dict[str, Any] = {
         "query_text": query_text,
         "query_embedding": embedding,
-        "filters": _filters(category, filters),
+        "filters": _filters(category, {**settings.filters(), **(filters or {})}),
         "document_ids": _document_ids(document_ids),
         "min_similarity": settings.min_similarity,
         "model": settings.embedding_model,
         "keyword_ranking": settings.keyword_ranking,
+        "ef_search": settings.hnsw_ef_search,
     }
     if mode == "hybrid":
         statement = queries.HYBRID_SEARCH

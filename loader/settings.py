@@ -85,6 +85,17 @@ class Settings:
     prune_max_fraction: float = 0.5
     """``ingest --prune`` refuses (without ``--force``) to delete more than this share of the
     documents under the given folders: an unmounted disk looks like deleted files."""
+    source_root: Path | None = None
+    """Store ``source_uri`` relative to this folder (``pgkb ingest --root``), so the same folder
+    mounted elsewhere is the same set of documents; unset: absolute paths."""
+
+    # --- vector index (HNSW, pgvector) ------------------------------------------------------------
+    hnsw_m: int = 16
+    """HNSW graph degree used when a model's index is built (pgvector's default 16)."""
+    hnsw_ef_construction: int = 64
+    """HNSW build-time candidate list (pgvector's default 64; at least 2 * hnsw_m)."""
+    hnsw_ef_search: int | None = None
+    """HNSW query-time candidate list; unset: max(40, 2 * candidates) per search."""
 
     # --- retrieval ----------------------------------------------------------------------------
     vector_candidates: int = 20
@@ -97,6 +108,9 @@ class Settings:
     """Drop vector hits whose cosine similarity is below this."""
     keyword_ranking: Literal["bm25", "ts_rank"] = "bm25"
     """How the keyword leg ranks its matches: ``bm25`` (IDF, length-normalised) or ``ts_rank``."""
+    search_filters: str | None = None
+    """Filters applied to every search (JSON object, keys of kb.search_filters: category,
+    metadata, source), e.g. ``{"source": "%/sql-%"}``; ``pgkb search/ask --source/--meta``."""
 
     # --- abstention gate (loader/answer/abstention.py) ------------------------------------------
     abstention: bool = True
@@ -130,6 +144,12 @@ class Settings:
     def agent_model(self) -> str | None:
         """The model the reader agent uses: ``agent_chat_model``, else ``chat_model``."""
         return self.agent_chat_model or self.chat_model
+
+    def filters(self) -> dict[str, Any]:
+        """``search_filters`` as a dict ({} when unset)."""
+        import json
+
+        return dict(json.loads(self.search_filters)) if self.search_filters else {}
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied (``None`` values are ignored)."""
@@ -173,6 +193,26 @@ class Settings:
             problems.append(f"embedding_max_retries must be >= 0, got {self.embedding_max_retries}")
         if self.embedding_timeout <= 0:
             problems.append(f"embedding_timeout must be positive, got {self.embedding_timeout}")
+        if self.search_filters:
+            import json
+
+            try:
+                parsed = json.loads(self.search_filters)
+            except ValueError as exc:
+                parsed = exc
+            if not isinstance(parsed, dict):
+                problems.append(
+                    f"search_filters must be a JSON object, got {self.search_filters!r}"
+                )
+        if not 2 <= self.hnsw_m <= 100:
+            problems.append(f"hnsw_m must be between 2 and 100, got {self.hnsw_m}")
+        if not max(4, 2 * self.hnsw_m) <= self.hnsw_ef_construction <= 1000:
+            problems.append(
+                "hnsw_ef_construction must be between 2 * hnsw_m and 1000, "
+                f"got {self.hnsw_ef_construction}"
+            )
+        if self.hnsw_ef_search is not None and not 1 <= self.hnsw_ef_search <= 1000:
+            problems.append(f"hnsw_ef_search must be between 1 and 1000, got {self.hnsw_ef_search}")
         if self.max_file_mb <= 0:
             problems.append(f"max_file_mb must be positive, got {self.max_file_mb}")
         if self.max_text_mb <= 0:

@@ -3,8 +3,9 @@
 Databases: ``with_dbname``, ``create_database``, ``drop_database``, ``migrate``. Corpora: the
 hand-made 4-dimensional corpus of the answer and agent tests (``load_corpus``, ``HandEmbedder``,
 ``chat_settings``) and the golden 3-dimensional corpus of the search tests (``load_golden``).
-Ingestion: ``ingest_settings`` and ``ingest_env`` (fake embeddings API), ``stored_documents``,
-``check_whole`` (every document complete). Queries: ``rows`` (dicts by column name).
+Ingestion: ``ingest_settings`` and ``ingest_env`` (alias ``settings_env``; fake embeddings
+API), ``write_docs`` (a small folder of every format), ``stored_documents``, ``check_whole``
+(every document complete). Queries: ``rows`` (dicts by column name).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pgvector import Vector
 from psycopg import sql
 
 from loader.settings import Settings, load_settings
+from tests.pdfs import text_pdf
 
 if TYPE_CHECKING:  # the fake server is a pytest plugin (conftest), imported by pytest first
     from tests.fake_openai import FakeOpenAI
@@ -316,10 +318,17 @@ def load_golden(conn: psycopg.Connection[Any]) -> Corpus:
     return Corpus(ids, model_id)
 
 
-# --- ingestion (the tests of loader.ingest and the reliability suite) ----------------------------
+# --- ingestion through the fake embeddings server -------------------------------------------
+
+PARAGRAPHS = [
+    "Vacuum reclaims storage occupied by dead tuples and keeps statistics current.",
+    "Autovacuum runs in the background and triggers on thresholds per table.",
+    "Freezing old transaction ids prevents wraparound failures in busy clusters.",
+]
 
 
 def ingest_settings(db_url: str, tmp_path: Path, fake: FakeOpenAI, **more: Any) -> Settings:
+    """Settings for ingesting through the fake embeddings server: 40-token chunks, no retries."""
     values: dict[str, Any] = {
         "database_url": db_url,
         "data_dir": str(tmp_path / "data"),
@@ -382,3 +391,25 @@ def rows(conn: psycopg.Connection[Any], query: str, params: Any = ()) -> list[di
     cur = conn.execute(query, params)
     names = [c.name for c in cur.description or []]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def write_docs(root: Path) -> None:
+    """A small folder of every format: guides/vacuum.md, guides/wal.md, notes.txt, page.html,
+    guide.pdf, and image.png (unsupported: skipped quietly)."""
+    (root / "guides").mkdir(parents=True)
+    (root / "guides" / "vacuum.md").write_text("# Vacuum\n\n" + "\n\n".join(PARAGRAPHS) + "\n")
+    (root / "guides" / "wal.md").write_text(
+        "# WAL\n\n## Archiving\n\nArchive WAL segments to durable storage.\n"
+    )
+    (root / "notes.txt").write_text("Plain notes about checkpoints and their spacing.\n")
+    (root / "page.html").write_text(
+        "<html><head><title>Locks</title></head><body><nav>Prev Next</nav>"
+        "<h1>Locks</h1><p>Row locks block writers, never readers.</p></body></html>"
+    )
+    (root / "guide.pdf").write_bytes(
+        text_pdf([["Backups should be tested by restoring them."]], title="Backup Guide")
+    )
+    (root / "image.png").write_bytes(b"\x89PNG not ingested")  # unsupported: skipped quietly
+
+
+settings_env = ingest_env

@@ -27,34 +27,13 @@ from loader.ingest.writer import INGEST_LOCK_KEY
 from loader.providers.openai_embeddings import OpenAIEmbedder
 from loader.settings import load_settings
 from tests.fake_openai import FakeOpenAI, Reply
+from tests.helpers import PARAGRAPHS
 from tests.helpers import check_whole as _check_whole
 from tests.helpers import ingest_env as _env
 from tests.helpers import ingest_settings as _settings
 from tests.helpers import stored_documents as _documents
+from tests.helpers import write_docs as _write_docs
 from tests.pdfs import blank_pdf, text_pdf
-
-PARAGRAPHS = [
-    "Vacuum reclaims storage occupied by dead tuples and keeps statistics current.",
-    "Autovacuum runs in the background and triggers on thresholds per table.",
-    "Freezing old transaction ids prevents wraparound failures in busy clusters.",
-]
-
-
-def _write_docs(root: Path) -> None:
-    (root / "guides").mkdir(parents=True)
-    (root / "guides" / "vacuum.md").write_text("# Vacuum\n\n" + "\n\n".join(PARAGRAPHS) + "\n")
-    (root / "guides" / "wal.md").write_text(
-        "# WAL\n\n## Archiving\n\nArchive WAL segments to durable storage.\n"
-    )
-    (root / "notes.txt").write_text("Plain notes about checkpoints and their spacing.\n")
-    (root / "page.html").write_text(
-        "<html><head><title>Locks</title></head><body><nav>Prev Next</nav>"
-        "<h1>Locks</h1><p>Row locks block writers, never readers.</p></body></html>"
-    )
-    (root / "guide.pdf").write_bytes(
-        text_pdf([["Backups should be tested by restoring them."]], title="Backup Guide")
-    )
-    (root / "image.png").write_bytes(b"\x89PNG not ingested")  # unsupported: skipped quietly
 
 
 def _embedding_inputs(fake: FakeOpenAI) -> list[str]:

@@ -61,7 +61,10 @@ def search_passages(
     category: str | None = None,
     document_ids: Sequence[str] | None = None,
 ) -> tuple[list[SearchHit], list[Passage]]:
-    """Hybrid search; returns the raw hits (for the abstention gate) and their passages."""
+    """Hybrid search; returns the raw hits (for the abstention gate) and their passages.
+
+    The settings' ``search_filters`` and ``min_similarity`` (``pgkb ask --source/--meta/
+    --min-similarity``) narrow every search here, for the single answer and the agent alike."""
     hits = search(
         conn,
         query_text,

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from loader.cli.base import App, setting_option
+from loader.cli.filters import filter_options, filter_settings
 from loader.safety import echo, printable
 
 
@@ -25,6 +26,7 @@ from loader.safety import echo, printable
 @setting_option("chat_base_url", help="OpenAI-compatible chat API base URL.")
 @setting_option("agent_max_steps", type=int, help="Model calls the reader agent may make.")
 @setting_option("agent_chat_model", help="Chat model for the agent's steps; unset: chat_model.")
+@filter_options
 @click.pass_obj
 def ask(
     app: App,
@@ -37,6 +39,9 @@ def ask(
     chat_base_url: str | None,
     agent_max_steps: int | None,
     agent_chat_model: str | None,
+    source_pattern: str | None,
+    meta_filters: tuple[str, ...],
+    min_similarity: float | None,
 ) -> None:
     """Answer QUESTION from the knowledge base, citing sources, or say "I don't know".
 
@@ -53,6 +58,7 @@ def ask(
         chat_base_url=chat_base_url,
         agent_max_steps=agent_max_steps,
         agent_chat_model=agent_chat_model,
+        **filter_settings(source_pattern, meta_filters, min_similarity),
     )
     text = " ".join(question)
     prepare_question(text)  # an empty question is an error before anything loads

@@ -1,5 +1,5 @@
 """``pgkb db``: create or upgrade the kb schema, show its URL and state, start or stop the
-embedded server."""
+embedded server, grant a service's login role access (``pgkb db grant``)."""
 
 from __future__ import annotations
 
@@ -95,3 +95,32 @@ def db_stop(app: App) -> None:
         click.echo(f"stopped the embedded server ({settings.pgdata})", err=True)
     else:
         click.echo(f"the embedded server ({settings.pgdata}) was not running", err=True)
+
+
+@db.command("grant")
+@click.argument("role")
+@click.option("--read", is_flag=True, help="Member of kb_reader: search functions only.")
+@click.option("--write", is_flag=True, help="Member of kb_writer: what the loader needs.")
+@click.option(
+    "--statement-timeout",
+    metavar="DURATION",
+    help="With --read: the role's statement timeout in this database (e.g. 5s).",
+)
+@pass_app
+def db_grant(app: App, role: str, read: bool, write: bool, statement_timeout: str | None) -> None:
+    """Let login ROLE search (--read) or load (--write) this knowledge base.
+
+    --read: ROLE joins kb_reader and gets, in this database, search_path = kb, public (so
+    SELECT * FROM hybrid_search('...') works unqualified) and the statement timeout. Takes effect
+    at ROLE's next login. Exit code 2 when ROLE does not exist (nothing is granted).
+    """
+    from loader.db.session import connection
+    from loader.ops.roles import grant
+
+    if statement_timeout is not None and not read:
+        raise PgkbError("--statement-timeout goes with --read (a reader's queries)")
+    with connection(app.settings()) as conn:
+        done = grant(conn, role, read=read, write=write, statement_timeout=statement_timeout)
+    for statement in done:
+        click.echo(statement)
+    click.echo(f"granted to {role}; it takes effect at the role's next login", err=True)

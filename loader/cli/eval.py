@@ -60,6 +60,8 @@ from loader.errors import PgkbError
     help="With --beir: evaluate only the first N judged queries.",
 )
 @click.option("--no-ingest", is_flag=True, help="Evaluate what the knowledge base holds as is.")
+@click.option("--model", "model_name", help="Evaluate a registered (re-embedded) model, not the "
+              "active one; implies --no-ingest (pgkb models list).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
     "--check-baseline",
@@ -103,6 +105,7 @@ def eval_command(
     max_false_flags: float,
     max_queries: int | None,
     no_ingest: bool,
+    model_name: str | None,
     as_json: bool,
     check_baseline: bool,
     record_baseline: bool,
@@ -138,6 +141,10 @@ def eval_command(
     if accept_lower is not None and not record_baseline:
         raise PgkbError("--accept-lower only applies with --record-baseline")
     settings = app.settings()
+    if model_name is not None:  # compare a model before switching to it
+        from loader.ops.models import settings_for_model
+
+        settings, no_ingest = settings_for_model(settings, model_name), True
 
     def progress(message: str) -> None:
         click.echo(message, err=True)

@@ -102,6 +102,12 @@ class _Bar:
 @setting_option(
     "prune_max_fraction", type=float, help="Largest share of documents --prune may delete."
 )
+@setting_option(
+    "source_root",
+    "--root",
+    type=click.Path(file_okay=False),
+    help="Store source_uri relative to this folder (same documents wherever it is mounted).",
+)
 @click.pass_obj
 def ingest(
     app: App,
@@ -117,6 +123,7 @@ def ingest(
     embedding_batch_size: int | None,
     max_file_mb: float | None,
     prune_max_fraction: float | None,
+    source_root: str | None,
 ) -> None:
     """Ingest Markdown, text, HTML and PDF files and folders (recursively).
 
@@ -135,6 +142,7 @@ def ingest(
         embedding_batch_size=embedding_batch_size,
         max_file_mb=max_file_mb,
         prune_max_fraction=prune_max_fraction,
+        source_root=source_root,
     )
     if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
         # failures and the summary are printed below; per-file lines come with -v

@@ -86,20 +86,33 @@ def cli(
 from loader.cli.ask import ask  # noqa: E402
 from loader.cli.db import db  # noqa: E402
 from loader.cli.docs import docs  # noqa: E402
+from loader.cli.doctor import doctor  # noqa: E402
 from loader.cli.eval import eval_command  # noqa: E402
 from loader.cli.graph import graph  # noqa: E402
 from loader.cli.ingest import ingest  # noqa: E402
+from loader.cli.maintenance import reindex, vacuum  # noqa: E402
+from loader.cli.models import models, reembed  # noqa: E402
 from loader.cli.quickstart import quickstart  # noqa: E402
+from loader.cli.removal import remove, stale  # noqa: E402
 from loader.cli.search import search  # noqa: E402
+from loader.cli.stats import stats  # noqa: E402
 
 cli.add_command(ask)
 cli.add_command(db)
 cli.add_command(docs)
+cli.add_command(doctor)
 cli.add_command(eval_command)
 cli.add_command(graph)
 cli.add_command(ingest)
+cli.add_command(models)
 cli.add_command(quickstart)
+cli.add_command(reembed)
+cli.add_command(reindex)
+cli.add_command(remove)
 cli.add_command(search)
+cli.add_command(stale)
+cli.add_command(stats)
+cli.add_command(vacuum)
 
 
 def main() -> None:  # pragma: no cover - console script entry point

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from loader.cli.base import App
+from loader.cli.filters import filter_options, filter_settings
 from loader.safety import echo
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ def render_table(hits: list[SearchHit], mode: str) -> str:
     help="Which retriever(s) to use.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of result objects.")
+@filter_options
 @click.pass_obj
 def search(
     app: App,
@@ -75,6 +77,9 @@ def search(
     doc_ids: tuple[str, ...],
     mode: str,
     as_json: bool,
+    source_pattern: str | None,
+    meta_filters: tuple[str, ...],
+    min_similarity: float | None,
 ) -> None:
     """Search the knowledge base for QUERY and print the best chunks.
 
@@ -87,7 +92,7 @@ def search(
     from loader.errors import PgkbError
     from loader.search import search as run_search
 
-    settings = app.settings()
+    settings = app.settings(**filter_settings(source_pattern, meta_filters, min_similarity))
     text = " ".join(query).strip()
     if not text:
         raise PgkbError("the search query is empty", hint='pgkb search "how do I ..."')

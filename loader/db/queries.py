@@ -49,7 +49,8 @@ class KbCounts:
 # --- embedding models (loader.providers.embeddings) ----------------------------------------------
 
 ACTIVE_MODEL = "SELECT id, name, dims, provider FROM kb.active_model()"
-REGISTER_MODEL = "SELECT kb.register_model(%s, %s, %s)"
+REGISTER_MODEL = "SELECT kb.register_model(%s, %s, %s, %s::jsonb, %s, %s)"
+"""name, dims, provider, config (JSON text), hnsw_m, hnsw_ef_construction (NULL = defaults)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +93,8 @@ SELECT v.chunk_id, v.document_id, v.title, v.source_uri, v.chunk_index, v.headin
            filters => %(filters)s::jsonb,
            document_ids => %(document_ids)s::uuid[],
            min_similarity => %(min_similarity)s,
-           model => %(model)s) AS v
+           model => %(model)s,
+           ef_search => %(ef_search)s) AS v
   JOIN kb.chunks c ON c.id = v.chunk_id
   JOIN kb.documents d ON d.id = v.document_id
  ORDER BY v.rank
@@ -496,3 +498,203 @@ class DocumentProfileRow:
 
 
 DELETE_LLM_RELATIONS = "DELETE FROM kb.document_relations WHERE source_id = %s AND origin = 'llm'"
+
+# --- operations (loader.ops): run log, stats, staleness and removal ---------------------------
+
+INGEST_RUN_BEGIN = "SELECT kb.ingest_run_begin(%s)"
+INGEST_RUN_END = "SELECT kb.ingest_run_end(%s, %s::jsonb)"
+KB_STATS = "SELECT kb.stats(%s)"
+"""One jsonb value (documents, models, categories, tables, indexes, last runs)."""
+
+INTERVAL_TEXT = "SELECT %s::interval::text"
+STALE_DOCUMENTS = """
+SELECT document_id, source_uri, title, category, updated_at, age::text AS age, chunks
+  FROM kb.stale_documents(%s::interval)
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class StaleDocument:
+    document_id: uuid.UUID
+    source_uri: str
+    title: str
+    category: str | None
+    updated_at: datetime.datetime
+    age: str
+    chunks: int
+
+
+REMOVE_DOCUMENTS = """
+SELECT document_id, source_uri, title, chunks, embeddings, relations
+  FROM kb.remove_documents(%s::text[], %s::uuid[], %s, %s)
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class RemovedDocument:
+    document_id: uuid.UUID
+    source_uri: str
+    title: str
+    chunks: int
+    embeddings: int
+    relations: int
+
+
+# --- operations: embedding models (loader.ops.models) -------------------------------------------
+
+MODELS = "SELECT * FROM kb.models()"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    """A row of ``kb.models()``: a registered model with its coverage and index."""
+
+    id: int
+    name: str
+    dims: int
+    provider: str
+    is_active: bool
+    config: dict[str, Any]
+    created_at: datetime.datetime
+    embeddings: int
+    missing: int
+    wrong_dims: int
+    index_name: str | None
+    index_valid: bool | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["created_at"] = str(self.created_at)
+        return data
+
+
+ACTIVATE_MODEL = "SELECT kb.activate_model(%s, %s)"
+DROP_MODEL = "SELECT kb.drop_model(%s, %s)"
+CHUNKS_MISSING_EMBEDDING = """
+SELECT chunk_id, title, heading_path, content, content_sha
+  FROM kb.chunks_missing_embedding(%s, %s, %s)
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class MissingChunk:
+    chunk_id: int
+    title: str
+    heading_path: str
+    content: str
+    content_sha: str
+
+
+STORE_EMBEDDING = """
+INSERT INTO kb.embeddings (chunk_id, model_id, embedding)
+SELECT c.id, %s, %s FROM kb.chunks c WHERE c.id = %s
+    ON CONFLICT (chunk_id, model_id) DO NOTHING
+"""
+INGEST_LOCK_HOLDER_NAMED = """
+SELECT l.pid, a.application_name FROM pg_locks l
+  LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s AND l.objid = %s
+   AND l.objsubid = 1
+"""
+SET_APPLICATION_NAME = "SELECT set_config('application_name', %s, false)"
+
+# --- operations: index care (loader.ops.maintenance; autocommit, outside a transaction) --------
+
+KB_INDEXES = """
+SELECT i.relname, NOT x.indisvalid
+  FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+ WHERE i.relnamespace = 'kb'::regnamespace
+ ORDER BY 1
+"""
+KB_TABLES = """
+SELECT c.relname FROM pg_class c
+ WHERE c.relnamespace = 'kb'::regnamespace AND c.relkind = 'r' ORDER BY 1
+"""
+REINDEX_CONCURRENTLY = sql.SQL("REINDEX INDEX CONCURRENTLY {}")
+"""Format with ``sql.Identifier("kb", index_name)``."""
+VACUUM_ANALYZE = sql.SQL("VACUUM (ANALYZE) {}")
+"""Format with ``sql.Identifier("kb", table_name)``."""
+
+# --- operations: roles for services (loader.ops.roles) ------------------------------------------
+
+ROLE_CAN_LOGIN = "SELECT rolcanlogin FROM pg_roles WHERE rolname = %s"
+VECTOR_SCHEMA = """
+SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+ WHERE e.extname = 'vector'
+"""
+CHECK_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %s, true)"
+CURRENT_DATABASE = "SELECT current_database()"
+GRANT_READER = sql.SQL("GRANT kb_reader TO {}")
+GRANT_WRITER = sql.SQL("GRANT kb_writer TO {}")
+"""Format both with ``sql.Identifier(role)``."""
+ROLE_SEARCH_PATH = sql.SQL("ALTER ROLE {} IN DATABASE {} SET search_path = {}")
+"""Format with the role and database (identifiers) and the schemas (identifiers joined by ", ")."""
+ROLE_STATEMENT_TIMEOUT = sql.SQL("ALTER ROLE {} IN DATABASE {} SET statement_timeout = {}")
+"""Format with the role and database (identifiers) and the timeout (``sql.Literal``)."""
+
+# --- operations: pgkb doctor (loader.ops.doctor) ------------------------------------------------
+
+KB_FUNCTION_DEFINITIONS = """
+SELECT p.proname, pg_get_functiondef(p.oid)
+  FROM pg_proc p
+ WHERE p.pronamespace = 'kb'::regnamespace
+ ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)
+"""
+NO_FUNCTION_BODY_CHECKS = "SET LOCAL check_function_bodies = off"
+INVALID_KB_INDEXES = """
+SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+ WHERE i.relnamespace = 'kb'::regnamespace AND NOT x.indisvalid ORDER BY 1
+"""
+KB_ROLES = "SELECT rolname FROM pg_roles WHERE rolname IN ('kb_reader', 'kb_writer')"
+# What the README's "Roles for services" promises, one (check, have, want) row per promise. The
+# function lists come from the grants written in sql_functions/ (loader.ops.doctor reads them):
+# %(reader)s the functions granted to kb_reader, %(restricted)s those revoked from PUBLIC and not
+# granted to kb_reader, %(writer)s those granted to kb_writer.
+ROLE_PRIVILEGES = """
+SELECT 'kb_reader may call kb.' || p.proname AS what,
+       has_function_privilege('kb_reader', p.oid, 'EXECUTE') AS have, true AS want
+  FROM pg_proc p
+ WHERE p.pronamespace = 'kb'::regnamespace AND p.proname = ANY(%(reader)s::text[])
+UNION ALL
+SELECT 'kb_reader may not read kb tables (SELECT kb.' || c.relname || ')',
+       has_table_privilege('kb_reader', c.oid, 'SELECT, INSERT, UPDATE, DELETE'), false
+  FROM pg_class c WHERE c.relnamespace = 'kb'::regnamespace AND c.relkind = 'r'
+UNION ALL
+SELECT 'kb_reader may not call maintenance function kb.' || p.proname,
+       has_function_privilege('kb_reader', p.oid, 'EXECUTE'), false
+  FROM pg_proc p
+ WHERE p.pronamespace = 'kb'::regnamespace AND p.proname = ANY(%(restricted)s::text[])
+UNION ALL
+SELECT 'kb_writer may write kb.documents',
+       has_table_privilege('kb_writer', 'kb.documents', 'INSERT, UPDATE, DELETE'), true
+UNION ALL
+SELECT 'kb_writer may call kb.' || p.proname,
+       has_function_privilege('kb_writer', p.oid, 'EXECUTE'), true
+  FROM pg_proc p
+ WHERE p.pronamespace = 'kb'::regnamespace AND p.proname = ANY(%(writer)s::text[])
+UNION ALL
+SELECT 'PUBLIC may not call SECURITY DEFINER function kb.' || p.proname,
+       EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+                WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'), false
+  FROM pg_proc p WHERE p.pronamespace = 'kb'::regnamespace AND p.prosecdef
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivilegeCheck:
+    what: str
+    have: bool
+    want: bool
+
+
+PUBLIC_MAY_CREATE = "SELECT has_schema_privilege('public', 'public', 'CREATE')"
+DOCTOR_MODELS = "SELECT name, dims, is_active, missing, wrong_dims FROM kb.models()"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCoverage:
+    name: str
+    dims: int
+    is_active: bool
+    missing: int
+    wrong_dims: int

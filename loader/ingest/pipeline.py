@@ -35,6 +35,8 @@ from loader.ingest.writer import (
     prune_missing,
     stored_shas,
 )
+from loader.ops.runs import record_run
+from loader.ops.sources import SourceNames
 from loader.providers.embeddings import Embedder, ensure_model, get_embedder
 from loader.settings import Settings
 
@@ -57,7 +59,7 @@ def _prepare_model(
     conn: psycopg.Connection[Any], embedder: Embedder, settings: Settings
 ) -> tuple[int, Chunker]:
     chunker = Chunker.from_settings(settings, embedder)  # ConfigError if chunks cannot fit
-    model_id = ensure_model(conn, embedder)
+    model_id = ensure_model(conn, embedder, (settings.hnsw_m, settings.hnsw_ef_construction))
     return model_id, chunker
 
 
@@ -147,10 +149,16 @@ def ingest_paths(
     meta = dict(meta or {})
     with report.phase("scan"):
         scan = scan_paths(paths)
+    names = SourceNames.for_root(settings.source_root)  # source_uri relative to it, if set
+    names.check([*scan.files, *scan.roots])
     embedder = embedder or get_embedder(settings)
     max_bytes = int(settings.max_file_mb * 1_000_000)
     Chunker.from_settings(settings, embedder)  # ConfigError before touching the database
-    with connection(settings) as conn, ingest_lock(conn, wait=wait, progress=progress):
+    with (
+        connection(settings) as conn,
+        ingest_lock(conn, wait=wait, progress=progress),
+        record_run(conn, paths, report),  # kb.ingest_runs: pgkb stats shows the last runs
+    ):
         model_id, chunker = _prepare_model(conn, embedder, settings)
         fingerprint = chunker.fingerprint()
         for source, reason in scan.failures:
@@ -162,7 +170,7 @@ def ingest_paths(
         writer = Writer(conn, embedder, model_id, settings.embedding_batch_size, report, progress)
         try:
             for path in scan.files:
-                source = str(path)
+                source = names.uri(path)
                 prepared = _prepare_file(
                     path, source, stored, fingerprint, chunker, category, meta, max_bytes,
                     report, settings,
@@ -182,7 +190,12 @@ def ingest_paths(
         if prune and not report.aborted:
             with report.phase("prune"):
                 report.pruned = prune_missing(
-                    conn, scan, report, max_fraction=settings.prune_max_fraction, force=force
+                    conn,
+                    scan,
+                    report,
+                    max_fraction=settings.prune_max_fraction,
+                    force=force,
+                    names=names,
                 )
         analyze(conn, report)
     report.seconds["total"] = time.perf_counter() - started

@@ -21,6 +21,7 @@ from loader.graph.store import GraphWriter
 from loader.ingest.chunking import Chunk
 from loader.ingest.report import IngestReport, ProgressCallback
 from loader.ingest.sources import Scan
+from loader.ops.sources import SourceNames
 from loader.providers.embeddings import Embedder
 from loader.settings import Settings
 
@@ -291,11 +292,6 @@ def analyze(conn: psycopg.Connection[Any], report: IngestReport) -> None:
             conn.commit()
 
 
-def _like_prefix(root: Path) -> str:
-    text = str(root).rstrip("/") + "/"
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
 def _is_gone(uri: str) -> bool:
     """True only when the file is certainly gone (``FileNotFoundError``). A permission error, an
     I/O error, a symlink loop or anything else that stops ``lstat`` keeps the document."""
@@ -320,27 +316,33 @@ def prune_missing(
     *,
     max_fraction: float = 0.5,
     force: bool = False,
+    names: SourceNames | None = None,
 ) -> int:
     """Delete documents under the scanned folders whose files no longer exist.
 
     Only a file that is certainly gone counts (see :func:`_is_gone`); documents under a folder
     that could not be listed are kept. When the deletion would remove more than
     ``max_fraction`` of the documents under the scanned folders (an unmounted disk, a wrong
-    path), nothing is deleted and the run reports a failure, unless ``force``.
+    path), nothing is deleted and the run reports a failure, unless ``force``. ``names``: how
+    source_uri is formed (absolute, or relative to the source root).
     """
-    present = {str(f) for f in scan.files}
+    names = names or SourceNames()
+    present = {names.uri(f) for f in scan.files}
     doomed: list[str] = []
     total = 0
     for root in scan.roots:
         rows = conn.execute(
             queries.SOURCE_URIS_LIKE,
-            (_like_prefix(root),),
+            (names.like_prefix(root),),
         ).fetchall()
         total += len(rows)
         for (uri,) in rows:
-            if uri in present or any(_under(uri, folder) for folder in scan.unreadable):
+            if uri in present or not names.owns(uri):
                 continue
-            if _is_gone(uri):
+            path = str(names.path(uri))
+            if any(_under(path, folder) for folder in scan.unreadable):
+                continue
+            if _is_gone(path):
                 doomed.append(uri)
     conn.commit()
     if not doomed:

@@ -10,6 +10,7 @@ refuses to work when the database's active model is a different one.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -120,7 +121,9 @@ def _make(settings: Settings) -> LocalEmbedder | OpenAIEmbedder:
     raise ConfigError(f"unknown embedding provider {settings.embedding_provider!r}")
 
 
-def ensure_model(conn: psycopg.Connection[Any], embedder: Embedder) -> int:
+def ensure_model(
+    conn: psycopg.Connection[Any], embedder: Embedder, hnsw: tuple[int, int] | None = None
+) -> int:
     """The id of ``embedder``'s model in ``kb.embedding_models``, registering it if new.
 
     Refuses (:class:`ModelMismatchError`) when the database's active model is another one:
@@ -142,8 +145,21 @@ def ensure_model(conn: psycopg.Connection[Any], embedder: Embedder) -> int:
     if row is not None:
         conn.commit()
         return row.id
+    # what pgkb needs to embed with it again (kb.embedding_models.config; never an API key), and
+    # hnsw: (m, ef_construction) of the model's index, None = pgvector's defaults
+    config: dict[str, Any] = {"max_input_tokens": embedder.max_input_tokens}
+    base_url = getattr(embedder, "base_url", None)
+    if base_url:
+        config["base_url"] = str(base_url)
     got = conn.execute(
-        queries.REGISTER_MODEL, (embedder.name, embedder.dims, embedder.provider)
+        queries.REGISTER_MODEL,
+        (
+            embedder.name,
+            embedder.dims,
+            embedder.provider,
+            json.dumps(config),
+            *(hnsw or (None, None)),
+        ),
     ).fetchone()
     conn.commit()
     assert got is not None

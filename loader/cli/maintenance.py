@@ -1,0 +1,55 @@
+"""``pgkb reindex`` and ``pgkb vacuum``: index care, without blocking searches."""
+
+from __future__ import annotations
+
+import click
+
+from loader.cli.base import App
+
+
+def _say(what: str) -> None:
+    click.echo(what, err=True)
+
+
+@click.command()
+@click.pass_obj
+def reindex(app: App) -> None:
+    """Rebuild every kb index with REINDEX INDEX CONCURRENTLY (also invalid ones).
+
+    Searches and ingestion keep running; run as the kb owner. Exit code 1 when an index could
+    not be rebuilt (it is named; the others are rebuilt)."""
+    from loader.db.connect import connect, database_url
+    from loader.ops.maintenance import reindex as run_reindex
+
+    conn = connect(database_url(app.settings()), autocommit=True, register=False)
+    try:
+        done = run_reindex(conn, lambda name: _say(f"reindexing kb.{name}"))
+    finally:
+        conn.close()
+    failed = [d for d in done if d["error"]]
+    for d in failed:
+        click.secho(
+            f"Error: kb.{d['index']} could not be rebuilt: {d['error']}", fg="red", err=True
+        )
+        click.echo(
+            f"  hint: if it is an index you do not need, DROP INDEX CONCURRENTLY kb.{d['index']}",
+            err=True,
+        )
+    click.echo(f"rebuilt {len(done) - len(failed)} of {len(done)} index(es)")
+    if failed:
+        click.get_current_context().exit(1)
+
+
+@click.command()
+@click.pass_obj
+def vacuum(app: App) -> None:
+    """VACUUM (ANALYZE) every kb table: reclaim dead rows, refresh the planner's statistics."""
+    from loader.db.connect import connect, database_url
+    from loader.ops.maintenance import vacuum as run_vacuum
+
+    conn = connect(database_url(app.settings()), autocommit=True, register=False)
+    try:
+        done = run_vacuum(conn, lambda name: _say(f"vacuuming kb.{name}"))
+    finally:
+        conn.close()
+    click.echo(f"vacuumed and analyzed {len(done)} table(s)")

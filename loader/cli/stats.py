@@ -1,0 +1,33 @@
+"""``pgkb stats``: what the knowledge base holds (kb.stats())."""
+
+from __future__ import annotations
+
+import click
+
+from loader.cli.base import App
+
+
+@click.command()
+@click.option(
+    "--runs",
+    type=click.IntRange(0, 1000),
+    default=5,
+    show_default=True,
+    help="How many of the last ingestion runs to show.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print kb.stats() as JSON.")
+@click.pass_obj
+def stats(app: App, runs: int, as_json: bool) -> None:
+    """Documents, chunks, embeddings per model, categories with their oldest and newest update,
+    table and index sizes, the active model and the last ingestion runs."""
+    from loader.cli.base import emit_json
+    from loader.db.session import connection
+    from loader.ops.stats import render
+    from loader.ops.stats import stats as read_stats
+
+    with connection(app.settings()) as conn:
+        data = read_stats(conn, runs)
+    if as_json:
+        emit_json(data)
+    else:
+        click.echo(render(data))

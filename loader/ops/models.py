@@ -1,0 +1,350 @@
+"""Changing the embedding model without downtime.
+
+The knowledge base keeps one vector per (chunk, model) and a partial HNSW index per model, so a
+second model's vectors can be computed beside the active one's while searches keep using the
+active model (``kb.vector_search`` only reads the rows of the model it is given):
+
+1. ``add_model``: register the new model (``kb.register_model``) with what pgkb needs to embed
+   with it again (provider, base URL, input limit; never an API key) in its ``config``;
+2. ``reembed``: embed every chunk that has no vector of it (``kb.chunks_missing_embedding``),
+   batch after batch, each committed, so an interrupted run resumes where it stopped; it holds
+   the advisory lock ingestion holds, so it never interleaves with an ingest or another reembed;
+3. ``activate``: ``kb.activate_model``, atomic, refused while chunks lack its vectors;
+4. ``drop``: ``kb.drop_model`` for a model no longer wanted (never the active one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from loader.db import queries
+from loader.errors import ConfigError, ModelMismatchError, PgkbError
+from loader.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[str, dict[str, Any]], None]
+"""``progress(event, info)``: ``start`` (total, model), ``batch`` (count), ``waiting`` (holder)."""
+
+
+Model = queries.ModelInfo
+"""A registered model with its coverage (a row of ``kb.models()``)."""
+
+
+def list_models(conn: Any) -> list[Model]:
+    from psycopg.rows import class_row
+
+    with conn.cursor(row_factory=class_row(Model)) as cur:
+        models = cur.execute(queries.MODELS).fetchall()
+    conn.rollback()
+    return list(models)
+
+
+def find_model(conn: Any, name: str, dims: int | None = None) -> Model:
+    """The registered model ``name`` (and ``dims``), or :class:`PgkbError` listing the others."""
+    models = list_models(conn)
+    found = [m for m in models if m.name == name and (dims is None or m.dims == dims)]
+    if len(found) == 1:
+        return found[0]
+    registered = ", ".join(f"{m.name} ({m.dims} dims)" for m in models) or "none"
+    if not found:
+        raise PgkbError(
+            f"embedding model {name!r}"
+            + (f" ({dims} dims)" if dims else "")
+            + f" is not registered (registered: {registered})",
+            hint="pgkb models add NAME --dims N --provider local|openai registers one",
+        )
+    raise PgkbError(
+        f"embedding model {name!r} is registered with several dimensions ({registered})",
+        hint="name the dimensions with --dims",
+    )
+
+
+def add_model(
+    conn: Any,
+    name: str,
+    dims: int,
+    provider: str,
+    *,
+    base_url: str | None = None,
+    max_input_tokens: int | None = None,
+    api_key_env: str | None = None,
+    hnsw_m: int | None = None,
+    hnsw_ef_construction: int | None = None,
+) -> Model:
+    """Register a model beside the others (refused when it is registered already)."""
+    if provider not in ("local", "openai"):
+        raise ConfigError(f"provider must be 'local' or 'openai', got {provider!r}")
+    if any(m.name == name and m.dims == dims for m in list_models(conn)):
+        raise PgkbError(
+            f"embedding model {name!r} ({dims} dims) is registered already",
+            hint="pgkb models list shows it; pgkb reembed --model NAME fills it",
+        )
+    config = {
+        k: v
+        for k, v in (
+            ("base_url", base_url),
+            ("max_input_tokens", max_input_tokens),
+            ("api_key_env", api_key_env),
+        )
+        if v is not None
+    }
+    conn.execute(
+        queries.REGISTER_MODEL,
+        (name, dims, provider, json.dumps(config), hnsw_m, hnsw_ef_construction),
+    )
+    conn.commit()
+    return find_model(conn, name, dims)
+
+
+def _sql_error(conn: Any, exc: Exception) -> PgkbError:
+    if conn.info.transaction_status != 0:
+        conn.rollback()
+    diag = getattr(exc, "diag", None)
+    message = (diag.message_primary if diag else None) or str(exc)
+    return PgkbError(message, hint=diag.message_hint if diag else None)
+
+
+def activate(conn: Any, name: str, dims: int | None = None) -> Model:
+    """Make the model the active one (atomic); refused while chunks lack its vectors."""
+    import psycopg
+
+    model = find_model(conn, name, dims)
+    try:
+        conn.execute(queries.ACTIVATE_MODEL, (model.name, model.dims))
+        conn.commit()
+    except (psycopg.errors.ObjectNotInPrerequisiteState, psycopg.errors.NoDataFound) as exc:
+        raise _sql_error(conn, exc) from None
+    return find_model(conn, name, model.dims)
+
+
+def drop(conn: Any, name: str, dims: int | None = None) -> int:
+    """Remove a (non-active) model with its vectors and index; the number of vectors removed."""
+    import psycopg
+
+    model = find_model(conn, name, dims)
+    try:
+        row = conn.execute(queries.DROP_MODEL, (model.name, model.dims)).fetchone()
+        conn.commit()
+    except (psycopg.errors.ObjectNotInPrerequisiteState, psycopg.errors.NoDataFound) as exc:
+        raise _sql_error(conn, exc) from None
+    return int(row[0])
+
+
+def model_settings(settings: Settings, model: Model) -> Settings:
+    """The settings that embed with ``model`` (its provider, name, dims and stored config)."""
+    changes: dict[str, Any] = {
+        "embedding_provider": model.provider,
+        "embedding_model": model.name,
+        "embedding_dims": model.dims,
+    }
+    if model.config.get("base_url"):
+        changes["embedding_base_url"] = model.config["base_url"]
+    if model.config.get("max_input_tokens"):
+        changes["embedding_max_input_tokens"] = int(model.config["max_input_tokens"])
+    key_env = model.config.get("api_key_env")
+    if key_env:
+        if not os.environ.get(key_env):
+            raise ConfigError(
+                f"model {model.name} reads its API key from ${key_env}, which is not set",
+                hint=f"export {key_env}=...",
+            )
+        changes["embedding_api_key"] = os.environ[key_env]
+    if model.provider not in ("local", "openai"):
+        raise ConfigError(
+            f"model {model.name} has provider {model.provider!r}; pgkb embeds with 'local' or "
+            "'openai' only"
+        )
+    return settings.replace(**changes)
+
+
+def settings_for_model(settings: Settings, name: str) -> Settings:
+    """``settings`` with the embedding model set to the registered model ``name`` (for
+    ``pgkb eval --model``: queries embedded by it, searches through its vectors)."""
+    from loader.db.session import connection
+
+    with connection(settings) as conn:
+        model = find_model(conn, name)
+    if model.missing:
+        raise PgkbError(
+            f"{model.missing} chunk(s) have no embedding of {model.name}: its figures would "
+            "be too low",
+            hint=f"run pgkb reembed --model {model.name} first",
+        )
+    return model_settings(settings, model)
+
+
+# --- the lock ingestion holds -------------------------------------------------------------------
+
+
+@contextmanager
+def ingest_lock(
+    conn: Any, *, wait: bool, what: str, progress: ProgressCallback | None = None
+) -> Iterator[None]:
+    """Hold the advisory lock every ingestion run holds (session level), naming ``what`` holds
+    it in ``application_name`` so a second run can say who is in the way."""
+    from loader.ingest.writer import INGEST_LOCK_KEY
+
+    conn.execute(queries.SET_APPLICATION_NAME, (what,))
+    conn.commit()
+    row = conn.execute(queries.TRY_ADVISORY_LOCK, (INGEST_LOCK_KEY,)).fetchone()
+    conn.commit()
+    if not row[0]:
+        holder = conn.execute(
+            queries.INGEST_LOCK_HOLDER_NAMED, (INGEST_LOCK_KEY >> 32, INGEST_LOCK_KEY & 0xFFFFFFFF)
+        ).fetchone()
+        conn.rollback()
+        who = (
+            f"{holder[1] or 'pgkb ingest'} (backend pid {holder[0]})"
+            if holder
+            else "another pgkb run"
+        )
+        if not wait:
+            raise PgkbError(
+                f"{who} is writing to this knowledge base; {what} does not run beside it",
+                hint="wait for it to finish, or run with --wait to queue behind it",
+            )
+        if progress:
+            progress("waiting", {"holder": who})
+        conn.execute(queries.ADVISORY_LOCK, (INGEST_LOCK_KEY,))
+        conn.commit()
+    try:
+        yield
+    finally:
+        try:
+            if conn.info.transaction_status != 0:
+                conn.rollback()
+            conn.execute(queries.ADVISORY_UNLOCK, (INGEST_LOCK_KEY,))
+            conn.commit()
+        except Exception:  # the connection is gone: so is its lock
+            log.debug("could not release the lock explicitly", exc_info=True)
+
+
+# --- re-embedding -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ReembedReport:
+    model: str
+    dims: int
+    embedded: int = 0
+    remaining: int = 0
+    batches: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def embed_text(chunker: Any, title: str, heading_path: str, content: str) -> str:
+    """The text the model reads for a stored chunk: the prefix ingestion gives it (title and
+    heading path, shortened to the chunk budget) + the content."""
+    path = tuple(heading_path.split(" > ")) if heading_path else ()
+    prefix = chunker._prefix(title, path)
+    return f"{prefix}\n\n{content}" if prefix else content
+
+
+def reembed(
+    settings: Settings,
+    name: str,
+    *,
+    dims: int | None = None,
+    batch_size: int | None = None,
+    wait: bool = True,
+    progress: ProgressCallback | None = None,
+    embedder: Any = None,
+) -> ReembedReport:
+    """Embed every chunk that has no vector of model ``name`` with it, beside the active model.
+
+    Each batch is committed on its own: an interruption loses at most the batch in flight, and
+    the next run starts with what is still missing. Vectors whose length differs from the
+    model's declared dims stop the run before anything of that batch is stored."""
+    from pgvector import Vector
+    from psycopg.rows import class_row
+
+    from loader.db.session import connection
+    from loader.ingest.chunking import Chunker
+    from loader.providers.embeddings import get_embedder
+
+    size = batch_size or max(settings.embedding_batch_size, 1) * 4
+    with connection(settings) as conn:
+        model = find_model(conn, name, dims)
+        report = ReembedReport(model.name, model.dims)
+        with ingest_lock(conn, wait=wait, what="pgkb reembed", progress=progress):
+            model = find_model(conn, model.name, model.dims)  # fresh counts under the lock
+            if model.missing == 0:
+                return report
+            msettings = model_settings(settings, model)
+            embedder = embedder or get_embedder(msettings)
+            if embedder.dims != model.dims:
+                raise ModelMismatchError(
+                    f"the embedder for {model.name} is configured with {embedder.dims} dims, "
+                    f"but the model is registered with {model.dims}"
+                )
+            chunker = Chunker(
+                embedder,
+                settings.chunk_tokens,
+                settings.chunk_overlap,
+                embed_heading_path=settings.embed_heading_path,
+            )
+            if progress:
+                progress("start", {"total": model.missing, "model": model.name})
+            after = 0
+            while True:
+                with conn.cursor(row_factory=class_row(queries.MissingChunk)) as cur:
+                    rows = cur.execute(
+                        queries.CHUNKS_MISSING_EMBEDDING, (model.id, size, after)
+                    ).fetchall()
+                conn.commit()
+                if not rows:
+                    break
+                texts = [embed_text(chunker, r.title, r.heading_path, r.content) for r in rows]
+                try:
+                    vectors = embedder.embed(texts)
+                except ModelMismatchError as exc:  # the API checked the dims for us
+                    raise _dims_error(model, _returned_dims(exc.message), report) from None
+                if len(vectors) != len(texts):
+                    raise PgkbError(
+                        f"the embedding model {model.name} returned {len(vectors)} vectors for "
+                        f"{len(texts)} texts; nothing of this batch was stored"
+                    )
+                for vector in vectors:
+                    if len(vector) != model.dims:
+                        raise _dims_error(model, str(len(vector)), report)
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.executemany(
+                        queries.STORE_EMBEDDING,
+                        [
+                            (model.id, Vector(v), r.chunk_id)
+                            for r, v in zip(rows, vectors, strict=True)
+                        ],
+                    )
+                report.embedded += len(rows)
+                report.batches += 1
+                after = rows[-1].chunk_id
+                if progress:
+                    progress("batch", {"count": len(rows)})
+        report.remaining = find_model(conn, model.name, model.dims).missing
+    return report
+
+
+def _returned_dims(message: str) -> str:
+    import re
+
+    found = re.search(r"returned (\d+)-dimensional", message)
+    return found.group(1) if found else "other"
+
+
+def _dims_error(model: Model, got: str, report: ReembedReport) -> ModelMismatchError:
+    return ModelMismatchError(
+        f"the embedding model {model.name} returned {got}-dimensional vectors, but it is "
+        f"registered with {model.dims} dims; nothing of this batch was stored "
+        f"({report.embedded} chunks embedded before it are kept)",
+        hint="check the model's name and endpoint (pgkb models list), or drop it "
+        "(pgkb models drop NAME) and add it again with the right --dims",
+    )

@@ -1,0 +1,279 @@
+"""Changing the embedding model without downtime: models add/list/activate/drop, reembed."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from loader.cli import cli
+from loader.db.connect import connect
+from loader.errors import PgkbError
+from loader.ingest.pipeline import ingest_paths
+from loader.ops.models import reembed
+from loader.search import search
+from loader.settings import Settings
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.helpers import ingest_settings, settings_env, write_docs
+
+
+def run(args: list[str], env: dict[str, str], **kw: Any) -> Any:
+    return CliRunner().invoke(cli, args, env=env, catch_exceptions=False, **kw)
+
+
+@pytest.fixture
+def kb(db_url: str, tmp_path: Path, fake_openai: FakeOpenAI) -> tuple[Settings, dict[str, str]]:
+    root = tmp_path / "docs"
+    write_docs(root)
+    settings = ingest_settings(db_url, tmp_path, fake_openai)
+    assert ingest_paths(settings, [root]).exit_code == 0
+    return settings, settings_env(settings)
+
+
+def _models(env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    result = run(["models", "list", "--json"], env)
+    assert result.exit_code == 0, result.output
+    return {m["name"]: m for m in json.loads(result.stdout)}
+
+
+def _add(env: dict[str, str], fake: FakeOpenAI, name: str, dims: int) -> Any:
+    return run(
+        [
+            "models",
+            "add",
+            name,
+            "--dims",
+            str(dims),
+            "--provider",
+            "openai",
+            "--base-url",
+            fake.base_url,
+        ],
+        env,
+    )
+
+
+def _top(settings: Settings, query: str) -> list[tuple[int, float]]:
+    from loader.providers.embeddings import get_embedder
+
+    vector = get_embedder(settings).embed_query(query)
+    conn = connect(str(settings.database_url))
+    try:
+        hits = search(conn, query, vector, settings=settings, limit=5)
+    finally:
+        conn.close()
+    return [(h.chunk_id, round(h.score, 9)) for h in hits]
+
+
+def test_add_reembed_activate_and_roll_back(
+    kb: tuple[Settings, dict[str, str]], fake_openai: FakeOpenAI, conn: psycopg.Connection[Any]
+) -> None:
+    settings, env = kb
+    chunks = conn.execute("SELECT count(*) FROM kb.chunks").fetchone()[0]
+    conn.rollback()
+    added = _add(env, fake_openai, "fake-embed-2", 8)
+    assert added.exit_code == 0, added.output
+    listed = _models(env)
+    assert listed["fake-embed"]["is_active"] and listed["fake-embed"]["missing"] == 0
+    assert listed["fake-embed-2"]["missing"] == chunks and listed["fake-embed-2"]["embeddings"] == 0
+    assert listed["fake-embed-2"]["config"] == {"base_url": fake_openai.base_url}
+    assert listed["fake-embed-2"]["index_valid"] is True
+
+    # activation is refused while chunks lack its vectors, with the count
+    refused = run(["models", "activate", "fake-embed-2"], env)
+    assert refused.exit_code == 2
+    assert f"{chunks} chunk(s) have no embedding of it" in refused.stderr
+    assert "pgkb reembed --model fake-embed-2" in refused.stderr
+    assert _models(env)["fake-embed"]["is_active"]
+
+    # searches keep using the active model and return the same results while reembed runs
+    baseline = _top(settings, "vacuum dead tuples")
+    assert baseline
+    during: list[list[tuple[int, float]]] = []
+
+    def search_meanwhile(event: str, info: dict[str, Any]) -> None:
+        if event == "batch":
+            during.append(_top(settings, "vacuum dead tuples"))
+
+    fake_openai.requests.clear()
+    report = reembed(settings, "fake-embed-2", batch_size=2, progress=search_meanwhile)
+    assert report.embedded == chunks and report.remaining == 0
+    assert len(during) == report.batches >= 2
+    assert all(result == baseline for result in during)
+    by_model: dict[str, int] = {}
+    for r in fake_openai.requests_to("/v1/embeddings"):
+        by_model[r.body["model"]] = by_model.get(r.body["model"], 0) + len(r.body["input"])
+    # every chunk went to the new model; the searches meanwhile embedded their query
+    assert by_model == {"fake-embed-2": chunks, "fake-embed": len(during)}
+
+    activated = run(["models", "activate", "fake-embed-2"], env)
+    assert activated.exit_code == 0, activated.output
+    assert _models(env)["fake-embed-2"]["is_active"]
+    # the old model's vectors stay: rolling back is one statement
+    assert run(["models", "activate", "fake-embed"], env).exit_code == 0
+    assert _models(env)["fake-embed"]["is_active"]
+    assert _top(settings, "vacuum dead tuples") == baseline
+
+    refused_drop = run(["models", "drop", "fake-embed", "--yes"], env)
+    assert refused_drop.exit_code == 2 and "is the active model" in refused_drop.stderr
+    dropped = run(["models", "drop", "fake-embed-2", "--yes"], env)
+    assert dropped.exit_code == 0, dropped.output
+    assert f"dropped fake-embed-2 (8 dims) and {chunks} embeddings" in dropped.stdout
+    assert set(_models(env)) == {"fake-embed"}
+    left = conn.execute(
+        "SELECT count(*) FROM pg_indexes WHERE schemaname = 'kb'"
+        " AND indexname LIKE 'embeddings_hnsw_model_%'"
+    ).fetchone()[0]
+    assert left == 1
+
+
+def test_reembed_resumes_after_an_interruption(
+    kb: tuple[Settings, dict[str, str]], fake_openai: FakeOpenAI
+) -> None:
+    settings, env = kb
+    assert _add(env, fake_openai, "fake-embed-2", 8).exit_code == 0
+    total = _models(env)["fake-embed-2"]["missing"]
+    fake_openai.requests.clear()
+    # the second batch's request fails (no retries configured): the first batch stays stored
+    fake_openai.script("/v1/embeddings", _ok, Reply(status=500))
+    with pytest.raises(PgkbError):
+        reembed(settings, "fake-embed-2", batch_size=2)
+    after_failure = _models(env)["fake-embed-2"]
+    assert after_failure["embeddings"] == 2 and after_failure["missing"] == total - 2
+    fake_openai.requests.clear()
+    result = run(["reembed", "--model", "fake-embed-2", "--json"], env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["embedded"] == total - 2
+    sent = sum(len(r.body["input"]) for r in fake_openai.requests_to("/v1/embeddings"))
+    assert sent == total - 2  # only what was missing
+    assert _models(env)["fake-embed-2"]["missing"] == 0
+    again = run(["reembed", "--model", "fake-embed-2"], env)
+    assert again.exit_code == 0 and "0 chunks embedded, 0 missing" in again.stdout
+
+
+def _ok(request: Any) -> Reply:
+    from tests.fake_openai import fake_vector
+
+    inputs = request.body["input"]
+    data = [
+        {"object": "embedding", "index": i, "embedding": fake_vector(t, 8)}
+        for i, t in enumerate(inputs)
+    ]
+    return Reply(
+        {
+            "object": "list",
+            "data": data,
+            "model": "x",
+            "usage": {"prompt_tokens": 1, "total_tokens": 1},
+        }
+    )
+
+
+def test_a_model_whose_vectors_disagree_with_its_dims_is_refused(
+    kb: tuple[Settings, dict[str, str]], fake_openai: FakeOpenAI, conn: psycopg.Connection[Any]
+) -> None:
+    _, env = kb
+    before = conn.execute("SELECT count(*) FROM kb.embeddings").fetchone()[0]
+    conn.rollback()
+    assert _add(env, fake_openai, "claims-16", 16).exit_code == 0  # the server returns 8
+    result = run(["reembed", "--model", "claims-16"], env)
+    assert result.exit_code == 2
+    assert "returned 8-dimensional vectors, but it is registered with 16 dims" in result.stderr
+    assert _models(env)["claims-16"]["embeddings"] == 0
+    assert conn.execute("SELECT count(*) FROM kb.embeddings").fetchone()[0] == before
+    assert _models(env)["fake-embed"]["is_active"]
+
+
+def test_two_reembed_runs_at_once(
+    kb: tuple[Settings, dict[str, str]], fake_openai: FakeOpenAI
+) -> None:
+    settings, env = kb
+    assert _add(env, fake_openai, "fake-embed-2", 8).exit_code == 0
+    first_batch_done = threading.Event()
+    second_tried = threading.Event()
+    errors: list[BaseException] = []
+
+    def hold(event: str, info: dict[str, Any]) -> None:
+        if event == "batch" and not first_batch_done.is_set():
+            first_batch_done.set()
+            second_tried.wait(60)
+
+    def first() -> None:
+        try:
+            reembed(settings, "fake-embed-2", batch_size=2, progress=hold)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert first_batch_done.wait(60)
+        second = run(["reembed", "--model", "fake-embed-2", "--no-wait"], env)
+        assert second.exit_code == 2
+        assert "pgkb reembed (backend pid" in second.stderr
+        assert "does not run beside it" in second.stderr
+        # an ingest is kept out the same way
+        root = Path(settings.data_dir).parent / "docs"
+        ingest = run(["ingest", str(root), "--no-wait"], env)
+        assert ingest.exit_code == 2 and "another pgkb ingest is running" in ingest.stderr
+    finally:
+        second_tried.set()
+        thread.join(60)
+    assert not errors
+    assert _models(env)["fake-embed-2"]["missing"] == 0
+
+
+def test_unknown_models_are_named(kb: tuple[Settings, dict[str, str]]) -> None:
+    _, env = kb
+    for args in (
+        ["reembed", "--model", "nope"],
+        ["models", "activate", "nope"],
+        ["models", "drop", "nope", "--yes"],
+    ):
+        result = run(args, env)
+        assert result.exit_code == 2
+        assert "'nope' is not registered (registered: fake-embed (8 dims))" in result.stderr
+    dup = run(["models", "add", "fake-embed", "--dims", "8", "--provider", "openai"], env)
+    assert dup.exit_code == 2 and "registered already" in dup.stderr
+
+
+def test_eval_compares_a_model_before_switching(
+    kb: tuple[Settings, dict[str, str]], fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    settings, env = kb
+    questions = tmp_path / "q.json"
+    questions.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "q1",
+                    "question": "dead tuples vacuum",
+                    "kind": "exact",
+                    "sources": ["vacuum.md"],
+                },
+                {
+                    "id": "q2",
+                    "question": "archive WAL segments",
+                    "kind": "exact",
+                    "sources": ["wal.md"],
+                },
+            ]
+        )
+    )
+    assert _add(env, fake_openai, "fake-embed-2", 8).exit_code == 0
+    args = ["eval", "--questions", str(questions), "--model", "fake-embed-2", "--json"]
+    early = run(args, env)
+    assert early.exit_code == 2 and "have no embedding of fake-embed-2" in early.stderr
+    reembed(settings, "fake-embed-2")
+    fake_openai.requests.clear()
+    result = run(args, env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["parameters"]["embedding_model"] == "fake-embed-2"
+    # the questions were embedded by the model under test, and nothing was ingested
+    assert {r.body["model"] for r in fake_openai.requests_to("/v1/embeddings")} == {"fake-embed-2"}
+    assert _models(env)["fake-embed"]["is_active"]
