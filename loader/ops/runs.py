@@ -51,5 +51,6 @@ def _finish(conn: Any, run_id: int, data: dict[str, Any]) -> None:
         _reset(conn)
         conn.execute(queries.INGEST_RUN_END, (run_id, json.dumps(data, default=str)))
         conn.commit()
-    except Exception:  # the connection died with the run: the row keeps finished_at NULL
-        log.warning("could not record the end of ingestion run %s", run_id, exc_info=True)
+    except Exception as exc:  # the connection died with the run: the row keeps finished_at NULL
+        # one line, no traceback: the run's own error is what the user must read
+        log.warning("could not record the end of ingestion run %s: %s", run_id, exc)
