@@ -498,9 +498,13 @@ class Toolbox:
             limit=limit,
         )
         if start is not None and not nodes:
+            where = (
+                f"is outside this question's scope (category {self.category!r})"
+                if self.category
+                else "is no longer in the knowledge base"
+            )
             raise ToolRefusal(
-                f"document {start} is outside this question's scope (category "
-                f"{self.category!r}); use a document_id from the catalogue or search results"
+                f"document {start} {where}; use a document_id from the catalogue or search results"
             )
         documents: list[dict[str, Any]] = []
         used = 0
