@@ -514,6 +514,12 @@ def test_the_graph_tool_walks_the_graph_within_the_category(
     assert "depth 9 clamped to 3 (1..3)" in deep["notes"]
     assert 'unknown relation type "likes"' in bad_type["error"]
     assert "not both" in both["error"]
+    box = Toolbox(conn, kb_settings, HandEmbedder(), category="manual")
+    broken = json.loads(box.call("explore_graph", '{"depth": 2', step=1, budget=4000))
+    assert (
+        "not valid JSON" in broken["error"]
+        and '{"document_id": "<id>", "depth": 1}' in (broken["error"])
+    )
     assert matching["documents"][0]["title"] == "VACUUM"
     assert "Checkpoint Tuning" not in json.dumps(matching)
     # without a category the same walk reaches the guide

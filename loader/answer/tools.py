@@ -132,6 +132,14 @@ GRAPH_TOOL = _tool(
 )
 
 
+ARGUMENT_EXAMPLES = {
+    "search_chunks": '{"query": "index types"}',
+    "read_document": '{"document_id": "<id>", "chunk_start": 0, "chunk_end": 5}',
+    "explore_graph": '{"document_id": "<id>", "depth": 1}',
+}
+"""What a tool's arguments look like, for the message answering malformed JSON."""
+
+
 class ToolRefusal(Exception):
     """A tool call the agent refuses, with a message the model can act on."""
 
@@ -230,11 +238,7 @@ class Toolbox:
             return _error(
                 f"the arguments of {name} are not valid JSON ({exc.msg} at character "
                 f"{exc.pos}); send one JSON object, e.g. "
-                + (
-                    '{"query": "index types"}'
-                    if name == "search_chunks"
-                    else '{"document_id": "<id>", "chunk_start": 0, "chunk_end": 5}'
-                )
+                + ARGUMENT_EXAMPLES.get(name, ARGUMENT_EXAMPLES["read_document"])
             )
         if not isinstance(arguments, dict):
             return _error(f"the arguments of {name} must be a JSON object, got {raw_arguments!r}")
@@ -502,9 +506,13 @@ class Toolbox:
             limit=limit,
         )
         if start is not None and not nodes:
+            where = (
+                f"is outside this question's scope (category {self.category!r})"
+                if self.category
+                else "is no longer in the knowledge base"
+            )
             raise ToolRefusal(
-                f"document {start} is outside this question's scope (category "
-                f"{self.category!r}); use a document_id from the catalogue or search results"
+                f"document {start} {where}; use a document_id from the catalogue or search results"
             )
         documents: list[dict[str, Any]] = []
         used = 0
