@@ -141,6 +141,7 @@ def search(
             rrf_k=settings.rrf_k,
             vector_weight=settings.vector_weight,
             keyword_weight=settings.keyword_weight,
+            max_per_document=settings.max_per_document,
         )
     else:
         statement = queries.VECTOR_SEARCH if mode == "vector" else queries.KEYWORD_SEARCH

@@ -100,12 +100,16 @@ class Settings:
     # --- retrieval ----------------------------------------------------------------------------
     vector_candidates: int = 20
     keyword_candidates: int = 20
-    rrf_k: int = 60
+    rrf_k: int = 10
     match_count: int = 5
-    vector_weight: float = 1.0
+    vector_weight: float = 2.0
+    """The vector leg counts twice the keyword leg in the fusion (chosen on the whole-manual
+    and bundled tuning questions; README "Retrieval quality")."""
     keyword_weight: float = 1.0
     min_similarity: float | None = None
     """Drop vector hits whose cosine similarity is below this."""
+    max_per_document: int | None = None
+    """At most this many chunks of one document among the hybrid results (unset: no cap)."""
     keyword_ranking: Literal["bm25", "ts_rank"] = "bm25"
     """How the keyword leg ranks its matches: ``bm25`` (IDF, length-normalised) or ``ts_rank``."""
     search_filters: str | None = None
@@ -173,6 +177,8 @@ class Settings:
         for name in ("vector_candidates", "keyword_candidates", "rrf_k", "match_count"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_per_document is not None and self.max_per_document < 1:
+            problems.append(f"max_per_document must be at least 1, got {self.max_per_document}")
         if self.chat_timeout <= 0:
             problems.append(f"chat_timeout must be positive, got {self.chat_timeout}")
         if self.chat_deadline <= 0:

@@ -1,9 +1,10 @@
 -- kb.hybrid_search(query_text text, query_embedding public.vector DEFAULT NULL, match_count integer DEFAULT 5,
 --                  vector_candidates integer DEFAULT 20, keyword_candidates integer DEFAULT 20,
---                  rrf_k integer DEFAULT 60, vector_weight double precision DEFAULT 1.0,
+--                  rrf_k integer DEFAULT 10, vector_weight double precision DEFAULT 2.0,
 --                  keyword_weight double precision DEFAULT 1.0, filters jsonb DEFAULT '{}',
 --                  document_ids uuid[] DEFAULT NULL, min_similarity double precision DEFAULT NULL,
---                  model text DEFAULT NULL, keyword_ranking text DEFAULT 'bm25')
+--                  model text DEFAULT NULL, keyword_ranking text DEFAULT 'bm25',
+--                  max_per_document integer DEFAULT NULL)
 --   -> TABLE (chunk_id, document_id, title, source_uri, chunk_index, heading_path, content,
 --             score, vector_rank, vector_similarity, keyword_rank, keyword_score,
 --             category, metadata, token_count)
@@ -13,8 +14,13 @@
 -- Reciprocal Rank Fusion:
 --     score(chunk) = vector_weight / (rrf_k + vector_rank) + keyword_weight / (rrf_k + keyword_rank)
 -- with ranks counted from 1 in each list, and a chunk missing from a list contributing 0 for
--- that list. Returns the match_count best chunks, ordered by score descending, ties broken by the
+-- that list. The defaults (rrf_k 10, the vector leg weighing twice the keyword leg) were chosen
+-- on the whole-manual tuning questions: natural-language questions find their page by meaning
+-- more often than by their words, and a small k lets either leg's first hits lead. Returns the match_count best chunks, ordered by score descending, ties broken by the
 -- better (smaller) of the two ranks, then by the smaller chunk_id: deterministic.
+-- max_per_document keeps at most that many chunks of one document (its best ones), so several
+-- chunks of one long page cannot crowd the other pages out of the match_count rows; NULL (the
+-- default) keeps every chunk; values below 1 raise.
 -- Each row carries both retrievers' ranks and raw scores (vector_similarity = cosine similarity,
 -- keyword_score = BM25 or ts_rank, see keyword_ranking), NULL where a chunk was not in that list,
 -- so a caller can judge how strong the evidence is. query_embedding NULL means keyword-only
@@ -31,14 +37,15 @@ CREATE OR REPLACE FUNCTION kb.hybrid_search(
     match_count integer DEFAULT 5,
     vector_candidates integer DEFAULT 20,
     keyword_candidates integer DEFAULT 20,
-    rrf_k integer DEFAULT 60,
-    vector_weight double precision DEFAULT 1.0,
+    rrf_k integer DEFAULT 10,
+    vector_weight double precision DEFAULT 2.0,
     keyword_weight double precision DEFAULT 1.0,
     filters jsonb DEFAULT '{}'::jsonb,
     document_ids uuid[] DEFAULT NULL,
     min_similarity double precision DEFAULT NULL,
     model text DEFAULT NULL,
-    keyword_ranking text DEFAULT 'bm25')
+    keyword_ranking text DEFAULT 'bm25',
+    max_per_document integer DEFAULT NULL)
 RETURNS TABLE (
     chunk_id bigint,
     document_id uuid,
@@ -75,6 +82,10 @@ BEGIN
     match_count := least(match_count, 1000);
     vector_candidates := least(vector_candidates, 1000);
     keyword_candidates := least(keyword_candidates, 1000);
+    IF max_per_document IS NOT NULL AND max_per_document < 1 THEN
+        RAISE EXCEPTION 'max_per_document must be >= 1 or NULL, got %', max_per_document
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     RETURN QUERY
     WITH v AS (
         SELECT vs.chunk_id, vs.rank, vs.similarity
@@ -93,10 +104,18 @@ BEGIN
                v.rank AS v_rank, v.similarity AS v_sim, k.rank AS k_rank, k.score AS k_score
           FROM v FULL JOIN k ON k.chunk_id = v.chunk_id
     ),
-    top AS (
-        SELECT fu.*
+    placed AS (
+        SELECT fu.*, c.document_id AS doc,
+               row_number() OVER (PARTITION BY c.document_id
+                                  ORDER BY fu.score DESC, least(fu.v_rank, fu.k_rank), fu.id) AS nth
           FROM fused fu
-         ORDER BY fu.score DESC, least(fu.v_rank, fu.k_rank), fu.id
+          JOIN kb.chunks c ON c.id = fu.id
+    ),
+    top AS (
+        SELECT p.id, p.score, p.v_rank, p.v_sim, p.k_rank, p.k_score
+          FROM placed p
+         WHERE max_per_document IS NULL OR p.nth <= max_per_document
+         ORDER BY p.score DESC, least(p.v_rank, p.k_rank), p.id
          LIMIT greatest(coalesce(match_count, 0), 0)
     )
     SELECT c.id, c.document_id, d.title, d.source_uri, c.chunk_index, c.heading_path, c.content,
@@ -108,14 +127,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) IS
-'Hybrid retrieval by Reciprocal Rank Fusion of kb.vector_search and kb.keyword_search: score = vector_weight/(rrf_k + vector_rank) + keyword_weight/(rrf_k + keyword_rank), ranks from 1, a chunk missing from a list adds 0, ties by the better rank then chunk_id. NULL query_embedding = keyword only. Returns both retrievers'' ranks and raw scores. Maxima: match_count, vector_candidates and keyword_candidates 1000 (larger values act as 1000); any rrf_k >= 0.';
+COMMENT ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer) IS
+'Hybrid retrieval by Reciprocal Rank Fusion of kb.vector_search and kb.keyword_search: score = vector_weight/(rrf_k + vector_rank) + keyword_weight/(rrf_k + keyword_rank), ranks from 1, a chunk missing from a list adds 0, ties by the better rank then chunk_id; at most max_per_document chunks per document (NULL: no cap). NULL query_embedding = keyword only. Returns both retrievers'' ranks and raw scores. Maxima: match_count, vector_candidates and keyword_candidates 1000 (larger values act as 1000); any rrf_k >= 0.';
 
-REVOKE ALL ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer) FROM PUBLIC;
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
-        GRANT EXECUTE ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text) TO kb_reader;
+        GRANT EXECUTE ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer) TO kb_reader;
     END IF;
 END
 $$;

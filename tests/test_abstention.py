@@ -13,8 +13,11 @@ from loader.answer.abstention import (
     AbstentionRule,
     Condition,
     _name_like_words,
+    common_words,
     compute_signals,
     decide,
+    is_common,
+    is_quantity,
     load_rule,
     save_rule,
 )
@@ -26,6 +29,11 @@ CHUNKS = [
     ("vacuum.html", "Autovacuum", "The autovacuum daemon automates VACUUM and ANALYZE commands."),
     ("index.html", "CREATE INDEX", "CREATE INDEX constructs a B-tree index on a table column."),
     ("copy.html", "COPY", "COPY moves data between tables and files in text or CSV format."),
+    (
+        "errcodes.html",
+        "Class 40",
+        "Every SQLSTATE code is listed here.\n\n40P01 | deadlock_detected",
+    ),
 ]
 
 
@@ -71,6 +79,34 @@ def test_name_like_words() -> None:
     ]
     assert _name_like_words("how big is a page") == []
     assert _name_like_words("Is gzip level 9 slow in PostgreSQL 15.2?") == ["PostgreSQL"]
+
+
+def test_numbers_times_dates_and_quantities_are_not_names() -> None:
+    for word in ("2pm", "14:30", "3rd", "1990s", "64kB", "10GB", "5ms", "2024-05-01", "v15"):
+        assert is_quantity(word), word
+    for word in ("40P01", "pg_dump", "MySQL", "x86"):
+        assert not is_quantity(word), word
+    assert _name_like_words("Can autovacuum run at 2pm on 2024-05-01 with 64MB?") == []
+
+
+def test_inflections_and_compounds_of_common_words_are_common() -> None:
+    vocabulary = common_words()
+    if not vocabulary:
+        pytest.skip("the local model's vocabulary is not installed")
+    for word in ("gentlest", "quickest", "happier", "biggest", "leaderboard"):
+        assert is_common(word, vocabulary), word
+    for word in ("hstore", "unaccent", "patroni"):
+        assert not is_common(word, vocabulary), word
+
+
+def test_codes_inside_a_name_are_checked_alone(conn: psycopg.Connection[Any]) -> None:
+    _load(conn)
+    # the corpus lists 40P01 in a table, never right after the word SQLSTATE
+    known = compute_signals(conn, "What does SQLSTATE 40P01 mean for COPY?", [])
+    assert known["unknown_names"] == 0, known["unknown_name_list"]
+    unknown = compute_signals(conn, "What does SQLSTATE 99Z99 mean for COPY?", [])
+    assert unknown["unknown_name_list"] == ["99Z99"]
+    assert compute_signals(conn, "Should COPY run at 2pm?", [])["unknown_names"] == 0
 
 
 def test_signals_see_unknown_names_and_coverage(conn: psycopg.Connection[Any]) -> None:

@@ -1,7 +1,8 @@
 """``pgkb ask`` end to end: the CLI, a real database, the fake server for chat and embeddings.
 
 The query embeddings come from the fake server (deterministic hash vectors of the model's
-4 dimensions), so the vector leg is noise here and the keyword leg does the finding: these
+4 dimensions), so the vector leg is noise here and the keyword leg does the finding (the env
+gives the noise leg half the keyword leg's weight, where the default gives it twice): these
 tests are about what ``ask`` prints and returns, not about ranking quality.
 """
 
@@ -46,6 +47,7 @@ def env(
         "PGKB_EMBEDDING_DIMS": "4",
         "PGKB_CHAT_MAX_RETRIES": "0",
         "PGKB_CHAT_TIMEOUT": "5",
+        "PGKB_VECTOR_WEIGHT": "0.5",
     }
 
 

@@ -92,7 +92,7 @@ def test_bundled_sets_hold_the_baseline(sample_eval: dict[str, Any]) -> None:
 
 # --- the rules, on reports built the way the harness builds them -------------------------------
 
-PARAMS = {"embedding_model": "m", "rrf_k": 60, "keyword_weight": 1.0}
+PARAMS = {"embedding_model": "m", "rrf_k": 10, "keyword_weight": 1.0}
 QUESTIONS = {
     "e1": ("exact", ("a.html",)),
     "e2": ("exact", ("b.html",)),

@@ -7,6 +7,7 @@ here independently from the raw tsvectors (BM25), never read back from the funct
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import psycopg
@@ -315,16 +316,46 @@ def test_rrf_ties_are_deterministic(conn: psycopg.Connection[Any], golden: Corpu
         conn,
         "SELECT chunk_id, score, vector_rank, keyword_rank FROM kb.hybrid_search("
         "'serialization_failure', '[1,0,0]', match_count => 2, vector_candidates => 1, "
-        "keyword_candidates => 1, rrf_k => 0)",
+        "keyword_candidates => 1, rrf_k => 0, vector_weight => 1.0)",
     )
     assert [(r["chunk_id"], r["score"]) for r in got] == [(c[0], 1.0), (c[1], 1.0)]
     # same score, same best rank (1): the smaller chunk id first, on every call
     again = rows(
         conn,
         "SELECT chunk_id FROM kb.hybrid_search('serialization_failure', '[1,0,0]', "
-        "match_count => 2, vector_candidates => 1, keyword_candidates => 1, rrf_k => 0)",
+        "match_count => 2, vector_candidates => 1, keyword_candidates => 1, rrf_k => 0, "
+        "vector_weight => 1.0)",
     )
     assert [r["chunk_id"] for r in again] == [c[0], c[1]]
+
+
+def test_max_per_document_keeps_each_documents_best_chunks(
+    conn: psycopg.Connection[Any], golden: Corpus
+) -> None:
+    # q is nearest to chunk 0 (D1), then chunk 1 (D1), then chunks of D2 and D3: uncapped, D1's
+    # two chunks come first; with a cap of 1 its second chunk gives way to the next document's
+    c = golden.ids
+    q = Vector([1.0, 0.3, 0.1])
+    sql = (
+        "SELECT chunk_id, document_id, score FROM kb.hybrid_search('xyzzy', %s, "
+        "match_count => 3, max_per_document => %s)"
+    )
+    uncapped = rows(conn, sql, (q, None))
+    assert [r["chunk_id"] for r in uncapped][:2] == [c[0], c[1]]
+    capped = rows(conn, sql, (q, 1))
+    docs = [r["document_id"] for r in capped]
+    assert len(docs) == len(set(docs)) == 3
+    # the kept rows are each document's best chunk, in the uncapped order and with its score
+    everything = rows(conn, sql.replace("match_count => 3", "match_count => 10"), (q, None))
+    best: dict[Any, dict[str, Any]] = {}
+    for r in everything:
+        best.setdefault(r["document_id"], r)
+    assert capped == list(best.values())[:3]
+    two = rows(conn, sql.replace("match_count => 3", "match_count => 10"), (q, 2))
+    assert max(Counter(r["document_id"] for r in two).values()) == 2
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="max_per_document"):
+        conn.execute("SELECT * FROM kb.hybrid_search('xyzzy', %s, max_per_document => 0)", (q,))
+    conn.rollback()
 
 
 def test_null_embedding_is_keyword_only(conn: psycopg.Connection[Any], golden: Corpus) -> None:
@@ -333,7 +364,9 @@ def test_null_embedding_is_keyword_only(conn: psycopg.Connection[Any], golden: C
     )
     c = golden.ids
     assert [r["chunk_id"] for r in got] == [c[4], c[2]]
-    assert [r["score"] for r in got] == pytest.approx([1 / 61, 1 / 62])
+    assert [r["score"] for r in got] == pytest.approx(
+        [1 / 11, 1 / 12]
+    )  # keyword_weight / (10 + rank)
     assert all(r["vector_rank"] is None for r in got)
 
 

@@ -12,7 +12,7 @@ from loader.settings import load_settings
 
 def test_defaults_match_the_spec() -> None:
     s = load_settings(env={})
-    assert (s.vector_candidates, s.keyword_candidates, s.rrf_k, s.match_count) == (20, 20, 60, 5)
+    assert (s.vector_candidates, s.keyword_candidates, s.rrf_k, s.match_count) == (20, 20, 10, 5)
     assert s.embedding_provider == "local"
     assert s.embedding_dims == 384
     assert s.database_url is None

@@ -200,6 +200,28 @@ class AbstentionDecision:
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.$+/-]*[A-Za-z0-9+]|[A-Za-z0-9]")
 
 
+# Numbers, times, dates and quantities are not names, whatever their letters: 2pm, 14:30, 3rd,
+# 1990s, 64kB, 10GB, 5ms, 2x, 400mg, 2024-05-01, v15.
+_QUANTITY = re.compile(
+    r"v?\d+(?:[.,:]\d+)*"
+    r"(?:am|pm|st|nd|rd|th|s|ms|us|min|mins|h|hr|hrs|d|k|kb|mb|gb|tb|pb|x|%"
+    r"|mg|g|kg|ug|ml|l|mm|cm|m|km|nm|hz|khz|mhz|ghz|mol|mmol)?"
+    r"|\d{4}-\d{2}(?:-\d{2})?",
+    re.IGNORECASE,
+)
+
+
+def is_quantity(word: str) -> bool:
+    """Is ``word`` a number, time, date or quantity (2pm, 14:30, 64kB, 2024-05-01)?"""
+    return _QUANTITY.fullmatch(word) is not None
+
+
+def _is_identifier(word: str) -> bool:
+    """A code or identifier (40P01, pg_dump, work_mem): checked on its own, as the keyword leg
+    matches it, even inside a longer name ("SQLSTATE 40P01")."""
+    return any(ch.isdigit() for ch in word) or "_" in word
+
+
 @dataclasses.dataclass(frozen=True)
 class _Word:
     text: str
@@ -240,7 +262,9 @@ def _words(query_text: str) -> list[_Word]:
             or (any(ch.isupper() for ch in inner) and not (title_case and inner.isupper()))
             or (word[0].isupper() and not sentence_start and not title_case)
         )
-        named = named and len(word) > 1 and any(ch.isalpha() for ch in word)
+        named = (
+            named and len(word) > 1 and any(ch.isalpha() for ch in word) and not is_quantity(word)
+        )
         joined = previous_clean and found.start() == 0
         out.append(_Word(word, named, joined))
         previous_clean = found.end() == len(raw)
@@ -283,6 +307,27 @@ def common_words() -> frozenset[str]:
     return frozenset(w for w in lines if w.isalpha() and w.islower())
 
 
+_SUFFIXES = ("est", "er", "ly", "ness", "ing", "ed", "es", "s")
+
+
+def is_common(word: str, vocabulary: frozenset[str]) -> bool:
+    """Is ``word`` (lower case) a common English word, an inflection of one (gentlest, quickest,
+    happier: the base is in ``vocabulary``), or two joined (leaderboard = leader + board)?"""
+    if word in vocabulary:
+        return True
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            base = word[: -len(suffix)]
+            bases = {base, base + "e"}
+            if base.endswith("i"):
+                bases.add(base[:-1] + "y")
+            if len(base) >= 4 and base[-1] == base[-2]:
+                bases.add(base[:-1])
+            if bases & vocabulary:
+                return True
+    return any(word[:i] in vocabulary and word[i:] in vocabulary for i in range(3, len(word) - 2))
+
+
 def _rare_words(query_text: str) -> list[str]:
     """Plain (not name-like) words of the question that are not common English words."""
     vocabulary = common_words()
@@ -293,7 +338,7 @@ def _rare_words(query_text: str) -> list[str]:
         if word.named:
             continue
         parts = [p for p in re.split(r"[-+/.$]", word.text.lower()) if p]
-        if any(len(p) >= 3 and p.isalpha() and p not in vocabulary for p in parts):
+        if any(len(p) >= 3 and p.isalpha() and not is_common(p, vocabulary) for p in parts):
             rare.append(word.text)
     return rare
 
@@ -314,7 +359,27 @@ def _name_found(conn: psycopg.Connection[Any], phrase: str) -> bool:
 def unknown_names(conn: psycopg.Connection[Any], query_text: str) -> list[str]:
     """Names and rare words of the question that occur nowhere in the corpus."""
     missing: list[str] = []
-    for phrase in dict.fromkeys(_name_runs(query_text)):
+    phrases: list[str] = []
+    for run in _name_runs(query_text):
+        if (
+            " " in run
+            and any(_is_identifier(w) for w in run.split())
+            and not _name_found(conn, run)
+        ):
+            # "SQLSTATE 40P01": a code or identifier is checked alone, the way the keyword leg
+            # matches it, and the words around it as the names they are
+            rest: list[str] = []
+            for word in run.split():
+                if _is_identifier(word):
+                    phrases.extend([" ".join(rest)] if rest else [])
+                    phrases.append(word)
+                    rest = []
+                else:
+                    rest.append(word)
+            phrases.extend([" ".join(rest)] if rest else [])
+        else:
+            phrases.append(run)
+    for phrase in dict.fromkeys(phrases):
         if _name_found(conn, phrase):
             continue
         # a compound whose parts all occur (RANK-RANKL, SHP-2, TCP/IP) is known under another

@@ -33,6 +33,13 @@ from loader.errors import PgkbError
 @click.option(
     "--split", default="test", show_default=True, help="BEIR qrels/<split>.tsv when no qrels.tsv."
 )
+@click.option(
+    "--qrels",
+    "qrels_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --beir: judgements to use instead of the dataset's (only the queries they judge "
+    "are run), e.g. eval/scifact/train-tune.tsv.",
+)
 @click.option("--k", "k", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Cut-off of recall@k (MRR and nDCG are at 10).")  # fmt: skip
 @click.option(
@@ -99,6 +106,7 @@ def eval_command(
     corpus: Path | None,
     beir_dir: Path | None,
     split: str,
+    qrels_file: Path | None,
     k: int,
     calibrate: bool,
     holdout_file: Path | None,
@@ -122,6 +130,7 @@ def eval_command(
     pgkb eval --calibrate                  # ... and recompute the abstention rule
     pgkb eval --questions q.json --corpus ./docs
     pgkb eval --beir ../datasets/scifact --json
+    pgkb eval --beir ../datasets/scifact-train --qrels eval/scifact/train-tune.tsv
     pgkb eval --check-baseline             # the eval gate: exit code 1 on a regression
     pgkb eval --record-baseline [--accept-lower "reason"]
 
@@ -159,11 +168,14 @@ def eval_command(
             settings,
             folder=beir_dir,
             split=split,
+            qrels_file=qrels_file,
             k=k,
             max_queries=max_queries,
             progress=progress,
         )
     else:
+        if qrels_file is not None:
+            raise PgkbError("--qrels needs --beir", hint="pass the BEIR dataset folder with --beir")
         bundled = questions_file is None
         questions = questions_file or default_questions_file()
         holdout = holdout_file

@@ -79,7 +79,8 @@ SELECT chunk_id, document_id, title, source_uri, chunk_index, heading_path, cont
            document_ids => %(document_ids)s::uuid[],
            min_similarity => %(min_similarity)s,
            model => %(model)s,
-           keyword_ranking => %(keyword_ranking)s)
+           keyword_ranking => %(keyword_ranking)s,
+           max_per_document => %(max_per_document)s)
 """
 
 VECTOR_SEARCH = """

@@ -135,8 +135,14 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
     return qrels
 
 
-def load_beir(path: str | Path, split: str = "test") -> BeirDataset:
-    """Read the queries and judgements of the dataset in ``path`` (the corpus stays on disk)."""
+def load_beir(
+    path: str | Path, split: str = "test", qrels_file: str | Path | None = None
+) -> BeirDataset:
+    """Read the queries and judgements of the dataset in ``path`` (the corpus stays on disk).
+
+    ``qrels_file`` replaces the dataset's own judgements (e.g. one fixed half of its queries,
+    ``eval/scifact/train-tune.tsv``); only the queries it judges are evaluated.
+    """
     folder = Path(path)
     if not folder.is_dir():
         raise BeirFormatError(
@@ -145,8 +151,16 @@ def load_beir(path: str | Path, split: str = "test") -> BeirDataset:
         )
     if not (folder / "corpus.jsonl").is_file():
         raise BeirFormatError(f"{folder} has no corpus.jsonl; is it a BEIR dataset folder?")
-    qrels_file = find_qrels(folder, split)
-    qrels = read_qrels(qrels_file)
+    if qrels_file is None:
+        qrels_path = find_qrels(folder, split)
+    else:
+        qrels_path = Path(qrels_file)
+        if not qrels_path.is_file():
+            raise BeirFormatError(
+                f"qrels file {qrels_path} does not exist",
+                hint="pass a tab-separated 'query-id  corpus-id  score' file",
+            )
+    qrels = read_qrels(qrels_path)
     queries: dict[str, str] = {}
     for lineno, obj in _jsonl(folder / "queries.jsonl"):
         qid, text = obj.get("_id"), obj.get("text")
@@ -159,9 +173,9 @@ def load_beir(path: str | Path, split: str = "test") -> BeirDataset:
     missing = sorted(set(qrels) - set(queries))
     if len(missing) == len(qrels):
         raise BeirFormatError(
-            f"none of the {len(qrels)} judged queries of {qrels_file} is in queries.jsonl"
+            f"none of the {len(qrels)} judged queries of {qrels_path} is in queries.jsonl"
         )
     judged = {qid: rel for qid, rel in qrels.items() if qid in queries}
     return BeirDataset(
-        folder, dataset_name(folder), qrels_file, dict(sorted(queries.items())), judged
+        folder, dataset_name(folder), qrels_path, dict(sorted(queries.items())), judged
     )

@@ -66,6 +66,7 @@ def parameters(settings: Settings) -> dict[str, Any]:
         "match_count": settings.match_count,
         "min_similarity": settings.min_similarity,
         "keyword_ranking": settings.keyword_ranking,
+        "max_per_document": settings.max_per_document,
     }
 
 
@@ -394,14 +395,15 @@ def evaluate_beir(
     *,
     folder: Path,
     split: str = "test",
+    qrels_file: Path | None = None,
     k: int = 5,
     max_queries: int | None = None,
     progress: Progress = _quiet,
 ) -> dict[str, Any]:
-    """The eval over a BEIR dataset, in its own database."""
+    """The eval over a BEIR dataset, in its own database (``qrels_file``: other judgements)."""
     from loader.db.session import connection
 
-    dataset = load_beir(folder, split)
+    dataset = load_beir(folder, split, qrels_file)
     name = beir_database_name(dataset, settings)
     url = ensure_beir_database(settings, name, progress)
     beir_settings = settings.replace(database_url=url)

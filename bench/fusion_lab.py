@@ -1,0 +1,360 @@
+"""Fusion lab: collect both retrievers' candidates once, then score fusion variants in seconds.
+
+``collect`` runs every query of a set through ``kb.vector_search`` and ``kb.keyword_search``
+(deep candidate lists, with each keyword candidate's share of the query's IDF mass) against the
+database of PGKB_DATABASE_URL and caches the rows under /work/cache/quality/. ``grid`` re-fuses
+the cached lists in Python under many parameter settings and prints document-level recall@5,
+MRR@10 and nDCG@10 per kind. The Python fusion mirrors the SQL of ``kb.hybrid_search``; the
+chosen setting is then implemented there and checked with ``pgkb eval`` (the figures must match).
+
+    python bench/fusion_lab.py collect --questions eval/manual/questions-tune.json --name mt
+    python bench/fusion_lab.py collect --beir DIR --qrels eval/scifact/train-tune.tsv --name st
+    python bench/fusion_lab.py grid --name mt
+
+Tuning reads only tuning sets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import pickle
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from loader.evaluation.metrics import mrr_at_k, ndcg_at_k, recall_at_k
+from loader.evaluation.questions import label_ranking
+
+CACHE = Path(os.environ.get("PGKB_LAB_CACHE", "/work/cache/quality"))
+
+COLLECT_SQL = """
+WITH q AS (SELECT * FROM kb.search_query(%(text)s)),
+n AS (SELECT greatest(s.chunk_count, 1)::float8 AS n FROM kb.corpus_stats s),
+terms AS (
+    SELECT l.lexeme, ln(1 + (n.n - coalesce(ts.df, 0) + 0.5) / (coalesce(ts.df, 0) + 0.5)) AS idf
+      FROM q, n, unnest(q.lexemes) AS l(lexeme)
+      LEFT JOIN kb.term_stats ts ON ts.lexeme = l.lexeme)
+SELECT k.chunk_id, d.source_uri, k.rank, k.score, k.strict_match,
+       (SELECT sum(t.idf) FILTER (WHERE c.tsv @@ (quote_literal(t.lexeme))::tsquery)
+               / nullif(sum(t.idf), 0) FROM terms t) AS coverage,
+       length(c.tsv) AS dl, c.token_count, c.heading_path
+  FROM kb.keyword_search(
+           %(text)s, %(depth)s,
+           bm25_k1 => coalesce(nullif(current_setting('lab.k1', true), '')::float8, 0.9),
+           bm25_b => coalesce(nullif(current_setting('lab.b', true), '')::float8, 0.75),
+           heading_weight => coalesce(nullif(current_setting('lab.hw', true), '')::float8, 1.0)) k
+  JOIN kb.chunks c ON c.id = k.chunk_id
+  JOIN kb.documents d ON d.id = k.document_id
+ ORDER BY k.rank
+"""
+
+VECTOR_SQL = """
+SELECT v.chunk_id, v.source_uri, v.rank, v.similarity
+  FROM kb.vector_search(%(emb)s, %(depth)s) v ORDER BY v.rank
+"""
+
+QUERY_SQL = "SELECT strict_first, identifiers, lexemes FROM kb.search_query(%(text)s)"
+
+
+def load_set(args: argparse.Namespace) -> list[dict[str, Any]]:
+    items = []
+    if args.questions:
+        for q in json.loads(Path(args.questions).read_text()):
+            items.append(
+                {
+                    "id": q["id"],
+                    "text": q["question"],
+                    "kind": q["kind"],
+                    "relevant": {s: 1 for s in q["sources"]},
+                    "suffix": True,
+                }
+            )
+    else:
+        from loader.evaluation.beir import load_beir
+
+        ds = load_beir(args.beir, qrels_file=args.qrels)
+        for qid, text in ds.queries.items():
+            items.append(
+                {
+                    "id": qid,
+                    "text": text,
+                    "kind": "beir",
+                    "relevant": ds.qrels[qid],
+                    "suffix": False,
+                }
+            )
+    return items
+
+
+def embed_all(texts: list[str]) -> dict[str, list[float]]:
+    from loader.embedding import get_embedder
+    from loader.settings import load_settings
+
+    settings = load_settings()
+    path = CACHE / f"emb-{hashlib.sha256(settings.embedding_model.encode()).hexdigest()[:8]}.pkl"
+    cache: dict[str, list[float]] = pickle.loads(path.read_bytes()) if path.exists() else {}
+    missing = [t for t in texts if t not in cache]
+    if missing:
+        embedder = get_embedder(settings)
+        for t in missing:
+            cache[t] = embedder.embed_query(t)
+        path.write_bytes(pickle.dumps(cache))
+    return {t: cache[t] for t in texts}
+
+
+def leg_path(name: str, leg: str, tag: str = "") -> Path:
+    return CACHE / f"legs-{name}-{leg}{'-' + tag if tag else ''}.pkl"
+
+
+def cmd_collect(args: argparse.Namespace) -> None:
+    import numpy as np
+    import psycopg
+    from pgvector import Vector
+    from pgvector.psycopg import register_vector
+
+    from loader.db import database_url
+    from loader.settings import load_settings
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    items = load_set(args)
+    url = database_url(load_settings())
+    legs = args.legs.split(",")
+    with psycopg.connect(url) as conn:
+        register_vector(conn)
+        if args.keyword_sql:
+            conn.execute(Path(args.keyword_sql).read_text())
+        for setting in args.set or []:
+            key, value = setting.split("=", 1)
+            conn.execute("SELECT set_config(%s, %s, true)", (key, value))
+        if "vector" in legs:
+            embs = embed_all([it["text"] for it in items])
+            rows = {}
+            for it in items:
+                p = {
+                    "emb": Vector(np.asarray(embs[it["text"]], dtype=np.float32)),
+                    "depth": args.depth,
+                }
+                rows[it["id"]] = conn.execute(VECTOR_SQL, p).fetchall()
+            leg_path(args.name, "vector").write_bytes(pickle.dumps(rows))
+        if "keyword" in legs:
+            rows = {}
+            for it in items:
+                p = {"text": it["text"], "depth": args.depth}
+                rows[it["id"]] = {
+                    "query": conn.execute(QUERY_SQL, p).fetchone(),
+                    "rows": conn.execute(COLLECT_SQL, p).fetchall(),
+                }
+            leg_path(args.name, "keyword", args.tag).write_bytes(pickle.dumps(rows))
+        conn.rollback()
+    leg_path(args.name, "items").write_bytes(pickle.dumps(items))
+    print(f"collected {legs} for {len(items)} queries ({args.name} {args.tag})")
+
+
+def load_items(name: str, tag: str) -> list[dict[str, Any]]:
+    items = pickle.loads(leg_path(name, "items").read_bytes())
+    vector = pickle.loads(leg_path(name, "vector").read_bytes())
+    keyword = pickle.loads(leg_path(name, "keyword", tag).read_bytes())
+    for it in items:
+        it["vector"] = vector[it["id"]]
+        it["keyword"] = keyword[it["id"]]["rows"]
+        it["query"] = keyword[it["id"]]["query"]
+    return items
+
+
+# --- fusion ---------------------------------------------------------------------------------
+
+
+def fuse(it: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """Document ranking of one query under fusion config ``c`` (best first)."""
+    vec = it["vector"][: c["vc"]]
+    kw = it["keyword"][: c["kc"]]
+    strict_first = bool(it["query"][0])
+    kw_w = c["kw_exact"] if strict_first else c["kw"]
+    vw = c["vw"]
+    uri: dict[int, str] = {}
+    score: dict[int, float] = defaultdict(float)
+    vrank: dict[int, int] = {}
+    krank: dict[int, int] = {}
+    if c["fusion"] == "rrf":
+        for chunk_id, source, rank, _sim in vec:
+            uri[chunk_id] = source
+            vrank[chunk_id] = rank
+            score[chunk_id] += vw / (c["k"] + rank)
+        for row in kw:
+            chunk_id, source, rank = row[0], row[1], row[2]
+            cov = row[5] or 0.0
+            uri[chunk_id] = source
+            krank[chunk_id] = rank
+            conf = cov ** c["covp"] if c["covp"] else 1.0
+            score[chunk_id] += kw_w * conf / (c["k"] + rank)
+    else:  # relative score fusion: min-max normalised scores
+        if vec:
+            sims = [r[3] for r in vec]
+            lo, hi = min(sims), max(sims)
+            for chunk_id, source, rank, sim in vec:
+                uri[chunk_id] = source
+                vrank[chunk_id] = rank
+                score[chunk_id] += vw * ((sim - lo) / (hi - lo) if hi > lo else 1.0)
+        if kw:
+            ss = [r[3] for r in kw]
+            lo, hi = min(ss), max(ss)
+            if c["fusion"] == "rsf0":
+                lo = 0.0
+            for row in kw:
+                chunk_id, source, rank, s = row[0], row[1], row[2], row[3]
+                cov = row[5] or 0.0
+                uri[chunk_id] = source
+                krank[chunk_id] = rank
+                conf = cov ** c["covp"] if c["covp"] else 1.0
+                score[chunk_id] += kw_w * conf * ((s - lo) / (hi - lo) if hi > lo else 1.0)
+    chunks = sorted(
+        score,
+        key=lambda i: (-score[i], min(vrank.get(i, 10**6), krank.get(i, 10**6)), i),
+    )
+    # document evidence: the sum of a document's best `doc_n` chunk scores (decayed)
+    doc_score: dict[str, float] = defaultdict(float)
+    doc_count: dict[str, int] = defaultdict(int)
+    first: dict[str, int] = {}
+    for pos, i in enumerate(chunks):
+        d = uri[i]
+        if d not in first:
+            first[d] = pos
+        if doc_count[d] < c["doc_n"]:
+            doc_score[d] += score[i] * (c["doc_decay"] ** doc_count[d])
+            doc_count[d] += 1
+    # a third, document-level list: documents ranked by a document vector (see docvec_ranks)
+    if c.get("dv") and c.get("dvw"):
+        for rank, d in enumerate(it["docvec"][c["dv"]][: c.get("dvn", 20)], start=1):
+            if d not in first:
+                first[d] = 10**6 + rank
+            doc_score[d] += c["dvw"] / (c["k"] + rank)
+    return sorted(doc_score, key=lambda d: (-doc_score[d], first[d]))
+
+
+def attach_docvec(items: list[dict[str, Any]], path: Path) -> None:
+    """Each query's document rankings by document vectors (centroid, title, ...)."""
+    import numpy as np
+
+    data = pickle.loads(path.read_bytes())
+    embs = embed_all([it["text"] for it in items])
+    for it in items:
+        q = np.asarray(embs[it["text"]], dtype=np.float32)
+        it["docvec"] = {}
+        for kind in ("centroid", "title", "ptitle"):
+            sims = data[kind] @ q
+            order = np.argsort(-sims)[:100]
+            it["docvec"][kind] = [data["uris"][i] for i in order]
+
+
+def leg_ranking(it: dict[str, Any], leg: str) -> list[str]:
+    docs: list[str] = []
+    for row in it[leg]:
+        if row[1] not in docs:
+            docs.append(row[1])
+    return docs
+
+
+def score_set(items: list[dict[str, Any]], rank_fn: Any) -> dict[str, dict[str, float]]:
+    by_kind: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for it in items:
+        if not it["relevant"]:
+            continue
+        docs = rank_fn(it)[:10]
+        if it["suffix"]:
+            docs = label_ranking(docs, list(it["relevant"]))
+        m = (
+            recall_at_k(docs, it["relevant"], 5),
+            mrr_at_k(docs, it["relevant"], 10),
+            ndcg_at_k(docs, it["relevant"], 10),
+        )
+        by_kind[it["kind"]].append(m)
+        by_kind["all"].append(m)
+    return {
+        k: {
+            "r5": statistics.mean(x[0] for x in v),
+            "mrr": statistics.mean(x[1] for x in v),
+            "ndcg": statistics.mean(x[2] for x in v),
+            "n": len(v),
+        }
+        for k, v in by_kind.items()
+    }
+
+
+BASE = {
+    "fusion": "rrf",
+    "vc": 20,
+    "kc": 20,
+    "k": 60,
+    "vw": 1.0,
+    "kw": 1.0,
+    "kw_exact": 1.0,
+    "covp": 0.0,
+    "doc_n": 1,
+    "doc_decay": 1.0,
+}
+
+
+def fmt_row(name: str, res: dict[str, dict[str, float]], kinds: list[str]) -> str:
+    cells = [f"{res['all']['r5']:.3f} {res['all']['ndcg']:.3f}"]
+    cells += [f"{res[k]['r5']:.3f}" if k in res else "  -  " for k in kinds]
+    return f"{name:60s} " + "  ".join(cells)
+
+
+def cmd_grid(args: argparse.Namespace) -> None:
+    items = load_items(args.name, args.tag)
+    if args.docvec:
+        attach_docvec(items, Path(args.docvec))
+        kinds = sorted({i["kind"] for i in items if i["relevant"]})
+        for kind in ("centroid", "title", "ptitle"):
+            res = score_set(items, lambda it, kind=kind: it["docvec"][kind])
+            print(fmt_row("docvec " + kind, res, kinds))
+    kinds = sorted({it["kind"] for it in items if it["relevant"]})
+    print(f"{'config':60s} r@5   ndcg   " + "  ".join(f"{k[:5]:5s}" for k in kinds))
+    for leg in ("vector", "keyword"):
+        print(fmt_row(leg, score_set(items, lambda it, leg=leg: leg_ranking(it, leg)), kinds))
+    grid = json.loads(args.grid) if args.grid else {}
+    keys = list(grid)
+    results = []
+    for values in itertools.product(*(grid[k] for k in keys)):
+        c = {**BASE, **dict(zip(keys, values, strict=True))}
+        res = score_set(items, lambda it, c=c: fuse(it, c))
+        name = " ".join(f"{k}={v}" for k, v in zip(keys, values, strict=True)) or "base"
+        results.append((res["all"][args.sort], name, res))
+    if args.top:
+        results.sort(key=lambda r: -r[0])
+        results = results[: args.top]
+    for _, name, res in results:
+        print(fmt_row(name, res, kinds))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    col = sub.add_parser("collect")
+    col.add_argument("--questions")
+    col.add_argument("--beir")
+    col.add_argument("--qrels")
+    col.add_argument("--name", required=True)
+    col.add_argument("--depth", type=int, default=100)
+    col.add_argument("--keyword-sql", help="SQL file run first (a variant keyword_search)")
+    col.add_argument("--set", action="append", help="a setting for the variant: lab.x=value")
+    col.add_argument("--legs", default="vector,keyword")
+    col.add_argument("--tag", default="")
+    grid = sub.add_parser("grid")
+    grid.add_argument("--name", required=True)
+    grid.add_argument("--tag", default="")
+    grid.add_argument("--docvec", help="pickle of document vectors (uris, centroid, title, ...)")
+    grid.add_argument("--grid", help='JSON {"param": [values]} over the fusion config')
+    grid.add_argument("--sort", default="r5")
+    grid.add_argument("--top", type=int)
+    args = parser.parse_args()
+    {"collect": cmd_collect, "grid": cmd_grid}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
