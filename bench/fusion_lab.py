@@ -92,7 +92,7 @@ def load_set(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def embed_all(texts: list[str]) -> dict[str, list[float]]:
-    from loader.embedding import get_embedder
+    from loader.providers.embeddings import get_embedder
     from loader.settings import load_settings
 
     settings = load_settings()
@@ -117,7 +117,7 @@ def cmd_collect(args: argparse.Namespace) -> None:
     from pgvector import Vector
     from pgvector.psycopg import register_vector
 
-    from loader.db import database_url
+    from loader.db.connect import database_url
     from loader.settings import load_settings
 
     CACHE.mkdir(parents=True, exist_ok=True)

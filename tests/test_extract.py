@@ -150,3 +150,32 @@ def test_pdf_encrypted_with_an_empty_user_password_opens() -> None:
     assert PdfReader(io.BytesIO(data)).is_encrypted
     result = extract(data, "owner-only.pdf")
     assert "readable though encrypted" in result.sections[0].text
+
+
+def test_admonition_titles_label_their_paragraphs_not_the_heading_path() -> None:
+    page = b"""<html><head><title>25.1. Routine Vacuuming</title></head><body>
+    <h2>25.1.5. Preventing Wraparound</h2><p>Freeze old rows.</p>
+    <div class="note"><h3 class="title">Note</h3><p>Vacuum freezes them.</p></div>
+    <p>After the note.</p>
+    <h3>25.1.5.1. Multixacts and Wraparound</h3><p>Multixact IDs.</p>
+    <div class="warning"><h3>Warning</h3><p>Do not disable it.</p></div>
+    </body></html>"""
+    result = extract(page, "vacuum.html")
+
+    paths = [s.heading_path for s in result.sections]
+    assert all("Note" not in p and "Warning" not in p for p in paths)
+    assert paths == [
+        ("25.1. Routine Vacuuming", "25.1.5. Preventing Wraparound"),
+        (
+            "25.1. Routine Vacuuming",
+            "25.1.5. Preventing Wraparound",
+            "25.1.5.1. Multixacts and Wraparound",
+        ),
+    ]
+    assert result.sections[0].text.split("\n\n") == [
+        "Freeze old rows.",
+        "Note:",
+        "Vacuum freezes them.",
+        "After the note.",
+    ]
+    assert "Warning:\n\nDo not disable it." in result.sections[1].text

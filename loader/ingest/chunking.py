@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 from collections.abc import Sequence
 
-from loader.ingest.extract import Section
+from loader.ingest.extract import EXTRACTOR_VERSION, Section
 from loader.providers.embeddings import Embedder, check_chunk_size, special_tokens
 from loader.settings import Settings
 
@@ -77,7 +77,7 @@ class Chunker:
     def fingerprint(self) -> str:
         """What, besides the source bytes, decides the chunks: a change re-chunks everything."""
         return (
-            f"chunker=semchunk;tokens={self.chunk_tokens};overlap={self.chunk_overlap};"
+            f"extract={EXTRACTOR_VERSION};chunker=semchunk;tokens={self.chunk_tokens};overlap={self.chunk_overlap};"
             f"prefix={int(self.embed_heading_path)};model={self.embedder.name}"
         )
 

@@ -194,6 +194,12 @@ def _markdown_links(tokens: Any) -> list[tuple[str, str]]:
 # --- HTML ---------------------------------------------------------------------------------------
 
 _HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
+# DocBook admonitions (the PostgreSQL manual's notes and tips) title themselves with a heading
+# tag: "Note" is a label of the paragraphs that follow, not a section of the page
+_ADMONITIONS = {"note", "tip", "warning", "important", "caution"}
+EXTRACTOR_VERSION = 2
+"""Bumped when extraction changes what a document's sections are, so a re-ingest re-parses
+every file (chunks whose text is unchanged keep their embeddings). 2: admonition titles."""
 _BLOCKS = {
     "address", "article", "aside", "blockquote", "body", "caption", "dd", "details", "dialog",
     "div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "header", "hr",
@@ -273,6 +279,14 @@ def extract_html(data: bytes) -> Extracted:
     return Extracted(title=title or None, sections=sections, metadata=metadata, links=links)
 
 
+def _is_admonition_title(heading: Any) -> bool:
+    """True for the title heading of a note, tip, warning, important or caution box."""
+    parent = heading.parent
+    if parent is None or parent.name != "div":
+        return False
+    return any(c in _ADMONITIONS for c in parent.get("class") or [])
+
+
 class _HtmlWalker:
     """Walks the DOM in order: headings open sections, block elements become paragraphs."""
 
@@ -322,6 +336,12 @@ class _HtmlWalker:
             if not isinstance(child, Tag):
                 continue
             name = child.name
+            if name in _HEADINGS and _is_admonition_title(child):
+                self.flush_inline()
+                label = normalize_inline(child.get_text(" "))
+                if label:
+                    self.paragraphs.append(label + ":")
+                continue
             if name in _HEADINGS:
                 self.flush_section()
                 level = int(name[1])
