@@ -142,6 +142,7 @@ def search(
             vector_weight=settings.vector_weight,
             keyword_weight=settings.keyword_weight,
             max_per_document=settings.max_per_document,
+            exact_keyword_weight=settings.exact_keyword_weight,
         )
     else:
         statement = queries.VECTOR_SEARCH if mode == "vector" else queries.KEYWORD_SEARCH

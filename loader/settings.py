@@ -106,6 +106,9 @@ class Settings:
     """The vector leg counts twice the keyword leg in the fusion (chosen on the whole-manual
     and bundled tuning questions; README "Retrieval quality")."""
     keyword_weight: float = 1.0
+    exact_keyword_weight: float = 3.0
+    """The keyword leg's weight for queries that ask for exact matching (a quoted phrase, an
+    identifier such as 40P01 or work_mem): such queries lean on the keyword leg."""
     min_similarity: float | None = None
     """Drop vector hits whose cosine similarity is below this."""
     max_per_document: int | None = None
@@ -177,6 +180,9 @@ class Settings:
         for name in ("vector_candidates", "keyword_candidates", "rrf_k", "match_count"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("vector_weight", "keyword_weight", "exact_keyword_weight"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.max_per_document is not None and self.max_per_document < 1:
             problems.append(f"max_per_document must be at least 1, got {self.max_per_document}")
         if self.chat_timeout <= 0:

@@ -316,7 +316,7 @@ def test_rrf_ties_are_deterministic(conn: psycopg.Connection[Any], golden: Corpu
         conn,
         "SELECT chunk_id, score, vector_rank, keyword_rank FROM kb.hybrid_search("
         "'serialization_failure', '[1,0,0]', match_count => 2, vector_candidates => 1, "
-        "keyword_candidates => 1, rrf_k => 0, vector_weight => 1.0)",
+        "keyword_candidates => 1, rrf_k => 0, vector_weight => 1.0, exact_keyword_weight => 1.0)",
     )
     assert [(r["chunk_id"], r["score"]) for r in got] == [(c[0], 1.0), (c[1], 1.0)]
     # same score, same best rank (1): the smaller chunk id first, on every call
@@ -324,9 +324,30 @@ def test_rrf_ties_are_deterministic(conn: psycopg.Connection[Any], golden: Corpu
         conn,
         "SELECT chunk_id FROM kb.hybrid_search('serialization_failure', '[1,0,0]', "
         "match_count => 2, vector_candidates => 1, keyword_candidates => 1, rrf_k => 0, "
-        "vector_weight => 1.0)",
+        "vector_weight => 1.0, exact_keyword_weight => 1.0)",
     )
     assert [r["chunk_id"] for r in again] == [c[0], c[1]]
+
+
+def test_exact_queries_weigh_the_keyword_leg_by_exact_keyword_weight(
+    conn: psycopg.Connection[Any], golden: Corpus
+) -> None:
+    # the same two one-item lists as above (vector: chunk 0; keyword: chunk 1), rrf_k 0
+    c = golden.ids
+    sql = (
+        "SELECT chunk_id, score FROM kb.hybrid_search(%s, '[1,0,0]', match_count => 2, "
+        "vector_candidates => 1, keyword_candidates => 1, rrf_k => 0, vector_weight => 2.0, "
+        "keyword_weight => 1.0, exact_keyword_weight => 3.0)"
+    )
+    # an identifier asks for exact matching: the keyword leg weighs 3 and leads
+    exact = rows(conn, sql, ("serialization_failure",))
+    assert [(r["chunk_id"], r["score"]) for r in exact] == [(c[1], 3.0), (c[0], 2.0)]
+    # the same words as a plain question: keyword_weight (1) applies and the vector leg leads
+    plain = rows(conn, sql, ("serialization failure",))
+    assert plain[0]["chunk_id"] == c[0] and plain[0]["score"] == 2.0
+    assert [r["score"] for r in plain if r["chunk_id"] == c[1]] in ([1.0], [])
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="exact_keyword_weight"):
+        rows(conn, "SELECT * FROM kb.hybrid_search('x', exact_keyword_weight => -1)")
 
 
 def test_max_per_document_keeps_each_documents_best_chunks(

@@ -21,23 +21,26 @@ FUNCTIONS: dict[str, str | None] = {
 --                  keyword_weight double precision DEFAULT 1.0, filters jsonb DEFAULT '{}',
 --                  document_ids uuid[] DEFAULT NULL, min_similarity double precision DEFAULT NULL,
 --                  model text DEFAULT NULL, keyword_ranking text DEFAULT 'bm25',
---                  max_per_document integer DEFAULT NULL)
+--                  max_per_document integer DEFAULT NULL,
+--                  exact_keyword_weight double precision DEFAULT 3.0, ef_search integer DEFAULT NULL)
 --   -> TABLE (chunk_id, document_id, title, source_uri, chunk_index, heading_path, content,
 --             score, vector_rank, vector_similarity, keyword_rank, keyword_score,
 --             category, metadata, token_count)
 --
 -- Hybrid retrieval: the top vector_candidates chunks of kb.vector_search and the top
 -- keyword_candidates chunks of kb.keyword_search (same filters, document_ids), fused by
--- Reciprocal Rank Fusion:
---     score(chunk) = vector_weight / (rrf_k + vector_rank) + keyword_weight / (rrf_k + keyword_rank)
+-- weighted Reciprocal Rank Fusion:
+--     score(chunk) = vector_weight / (rrf_k + vector_rank) + w_k / (rrf_k + keyword_rank)
 -- with ranks counted from 1 in each list, and a chunk missing from a list contributing 0 for
--- that list. The defaults (rrf_k 10, the vector leg weighing twice the keyword leg) were chosen
--- on the whole-manual tuning questions: natural-language questions find their page by meaning
--- more often than by their words, and a small k lets either leg's first hits lead. Returns the match_count best chunks, ordered by score descending, ties broken by the
--- better (smaller) of the two ranks, then by the smaller chunk_id: deterministic.
+-- that list. w_k is keyword_weight, or exact_keyword_weight when the query asks for exact
+-- matching (kb.search_query(query_text).strict_first: a "quoted phrase" or an identifier-like
+-- word such as 40P01 or work_mem), so those queries lean on the keyword leg and plain questions
+-- on the vector leg. Returns the match_count best chunks, ordered by score descending, ties
+-- broken by the better (smaller) of the two ranks, then by the smaller chunk_id: deterministic.
 -- max_per_document keeps at most that many chunks of one document (its best ones), so several
 -- chunks of one long page cannot crowd the other pages out of the match_count rows; NULL (the
--- default) keeps every chunk; values below 1 raise.
+-- default) keeps every chunk; values below 1 raise. ef_search is passed to kb.vector_search
+-- (HNSW candidate list size; NULL: its default).
 -- Each row carries both retrievers' ranks and raw scores (vector_similarity = cosine similarity,
 -- keyword_score = BM25 or ts_rank, see keyword_ranking), NULL where a chunk was not in that list,
 -- so a caller can judge how strong the evidence is. query_embedding NULL means keyword-only
@@ -46,8 +49,9 @@ FUNCTIONS: dict[str, str | None] = {
 -- raise. Any query_text returns rows or no rows, never an error. Reads only (STABLE), so it runs
 -- on hot standbys. PARALLEL UNSAFE like kb.vector_search (it sets hnsw.ef_search).
 -- Bounded work whatever the caller passes: match_count, vector_candidates and keyword_candidates
--- are clamped to 1,000 (larger values act as 1,000); the fusion is computed in double precision,
--- so rrf_k up to 2,147,483,647 gives scores, never "integer out of range".
+-- are clamped to 1,000 (larger values act as 1,000), ef_search as kb.vector_search clamps it;
+-- the fusion is computed in double precision, so rrf_k up to 2,147,483,647 gives scores, never
+-- "integer out of range".
 CREATE OR REPLACE FUNCTION kb.hybrid_search(
     query_text text,
     query_embedding public.vector DEFAULT NULL,
@@ -62,7 +66,9 @@ CREATE OR REPLACE FUNCTION kb.hybrid_search(
     min_similarity double precision DEFAULT NULL,
     model text DEFAULT NULL,
     keyword_ranking text DEFAULT 'bm25',
-    max_per_document integer DEFAULT NULL)
+    max_per_document integer DEFAULT NULL,
+    exact_keyword_weight double precision DEFAULT 3.0,
+    ef_search integer DEFAULT NULL)
 RETURNS TABLE (
     chunk_id bigint,
     document_id uuid,
@@ -90,9 +96,10 @@ BEGIN
         RAISE EXCEPTION 'rrf_k must be >= 0, got %', coalesce(rrf_k::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF vector_weight IS NULL OR vector_weight < 0 OR keyword_weight IS NULL OR keyword_weight < 0 THEN
-        RAISE EXCEPTION 'weights must be >= 0, got vector_weight=%, keyword_weight=%',
-            vector_weight, keyword_weight
+    IF vector_weight IS NULL OR vector_weight < 0 OR keyword_weight IS NULL OR keyword_weight < 0
+            OR exact_keyword_weight IS NULL OR exact_keyword_weight < 0 THEN
+        RAISE EXCEPTION 'weights must be >= 0, got vector_weight=%, keyword_weight=%, exact_keyword_weight=%',
+            vector_weight, keyword_weight, exact_keyword_weight
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- documented maxima (see COMMENT ON): a caller cannot ask for unbounded work
@@ -103,11 +110,14 @@ BEGIN
         RAISE EXCEPTION 'max_per_document must be >= 1 or NULL, got %', max_per_document
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF (SELECT sq.strict_first FROM kb.search_query(query_text) AS sq) THEN
+        keyword_weight := exact_keyword_weight;
+    END IF;
     RETURN QUERY
     WITH v AS (
         SELECT vs.chunk_id, vs.rank, vs.similarity
           FROM kb.vector_search(query_embedding, vector_candidates, filters, document_ids,
-                                min_similarity, model) AS vs
+                                min_similarity, model, ef_search) AS vs
     ),
     k AS (
         SELECT ks.chunk_id, ks.rank, ks.score
@@ -144,14 +154,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer) IS
-'Hybrid retrieval by Reciprocal Rank Fusion of kb.vector_search and kb.keyword_search: score = vector_weight/(rrf_k + vector_rank) + keyword_weight/(rrf_k + keyword_rank), ranks from 1, a chunk missing from a list adds 0, ties by the better rank then chunk_id; at most max_per_document chunks per document (NULL: no cap). NULL query_embedding = keyword only. Returns both retrievers'' ranks and raw scores. Maxima: match_count, vector_candidates and keyword_candidates 1000 (larger values act as 1000); any rrf_k >= 0.';
+COMMENT ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer, double precision, integer) IS
+'Hybrid retrieval by Reciprocal Rank Fusion of kb.vector_search and kb.keyword_search: score = vector_weight/(rrf_k + vector_rank) + w/(rrf_k + keyword_rank) with w = keyword_weight, or exact_keyword_weight when kb.search_query marks the query strict_first (quotes, identifiers); ranks from 1, a chunk missing from a list adds 0, ties by the better rank then chunk_id; at most max_per_document chunks per document (NULL: no cap); ef_search passed to kb.vector_search. NULL query_embedding = keyword only. Returns both retrievers'' ranks and raw scores. Maxima: match_count, vector_candidates and keyword_candidates 1000 (larger values act as 1000); any rrf_k >= 0.';
 
-REVOKE ALL ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer, double precision, integer) FROM PUBLIC;
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
-        GRANT EXECUTE ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer) TO kb_reader;
+        GRANT EXECUTE ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer, double precision, integer) TO kb_reader;
     END IF;
 END
 $$;

@@ -80,7 +80,9 @@ SELECT chunk_id, document_id, title, source_uri, chunk_index, heading_path, cont
            min_similarity => %(min_similarity)s,
            model => %(model)s,
            keyword_ranking => %(keyword_ranking)s,
-           max_per_document => %(max_per_document)s)
+           max_per_document => %(max_per_document)s,
+           exact_keyword_weight => %(exact_keyword_weight)s,
+           ef_search => %(ef_search)s)
 """
 
 VECTOR_SEARCH = """
