@@ -95,7 +95,7 @@ class Settings:
     hnsw_ef_construction: int = 64
     """HNSW build-time candidate list (pgvector's default 64; at least 2 * hnsw_m)."""
     hnsw_ef_search: int | None = None
-    """HNSW query-time candidate list; unset: max(40, 2 * candidates) per search."""
+    """HNSW query-time candidate list; unset: max(200, 2 * candidates) per search."""
 
     # --- retrieval ----------------------------------------------------------------------------
     vector_candidates: int = 20

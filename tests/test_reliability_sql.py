@@ -295,9 +295,7 @@ def test_kb_reader_cannot_write_maintain_or_escalate(
         "TRUNCATE kb.chunks",
         "CREATE TABLE kb.planted (x int)",
         "CREATE FUNCTION kb.search_query(x int) RETURNS int LANGUAGE sql AS 'SELECT 1'",
-        "ALTER FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, "
-        "integer, double precision, double precision, jsonb, uuid[], double precision, text, "
-        "text) SET search_path = public",
+        "ALTER FUNCTION kb.hybrid_search SET search_path = public",
         "SELECT * FROM kb.settings",
     ):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
