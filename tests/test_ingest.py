@@ -29,8 +29,8 @@ from loader.settings import load_settings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import PARAGRAPHS
 from tests.helpers import check_whole as _check_whole
-from tests.helpers import ingest_env as _env
 from tests.helpers import ingest_settings as _settings
+from tests.helpers import settings_env as _env
 from tests.helpers import stored_documents as _documents
 from tests.helpers import write_docs as _write_docs
 from tests.pdfs import blank_pdf, text_pdf
