@@ -3,7 +3,7 @@
 Databases: ``with_dbname``, ``create_database``, ``drop_database``, ``migrate``. Corpora: the
 hand-made 4-dimensional corpus of the answer and agent tests (``load_corpus``, ``HandEmbedder``,
 ``chat_settings``) and the golden 3-dimensional corpus of the search tests (``load_golden``).
-Ingestion: ``ingest_settings`` and ``ingest_env`` (alias ``settings_env``; fake embeddings
+Ingestion: ``ingest_settings`` and ``settings_env`` (its PGKB_* environment; fake embeddings
 API), ``write_docs`` (a small folder of every format), ``stored_documents``, ``check_whole``
 (every document complete). Queries: ``rows`` (dicts by column name).
 """
@@ -344,7 +344,7 @@ def ingest_settings(db_url: str, tmp_path: Path, fake: FakeOpenAI, **more: Any) 
     return load_settings(env={}, **values)
 
 
-def ingest_env(settings: Settings) -> dict[str, str]:
+def settings_env(settings: Settings) -> dict[str, str]:
     return {
         "PGKB_DATABASE_URL": str(settings.database_url),
         "PGKB_DATA_DIR": str(settings.data_dir),
@@ -410,6 +410,3 @@ def write_docs(root: Path) -> None:
         text_pdf([["Backups should be tested by restoring them."]], title="Backup Guide")
     )
     (root / "image.png").write_bytes(b"\x89PNG not ingested")  # unsupported: skipped quietly
-
-
-settings_env = ingest_env

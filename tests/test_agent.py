@@ -537,6 +537,28 @@ def test_the_graph_tool_walks_the_graph_within_the_category(
     }
 
 
+def test_the_graph_tool_refuses_a_document_removed_since_it_was_looked_up(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+) -> None:
+    vacuum = corpus["VACUUM"]
+    box = Toolbox(conn, kb_settings, HandEmbedder(), category="manual")
+    first = json.loads(box.call("explore_graph", json.dumps({"document_id": vacuum}), step=1,
+                                budget=4000))  # fmt: skip
+    assert [d["title"] for d in first["documents"]] == ["VACUUM"]
+    conn.execute("DELETE FROM kb.documents WHERE id = %s", (vacuum,))
+    conn.commit()
+    gone = json.loads(
+        box.call("explore_graph", json.dumps({"document_id": vacuum, "depth": 2}), step=2,
+                 budget=4000)
+    )  # fmt: skip
+    assert gone["error"] == (
+        f"document {vacuum} is no longer in the knowledge base; use a document_id from the "
+        "catalogue or search results"
+    )
+
+
 EXPLORE_GRAPH_SIGNATURE = "kb.explore_graph(uuid, text, integer, text[], jsonb, uuid[], integer)"
 
 FAILING_EXPLORE_GRAPH = """

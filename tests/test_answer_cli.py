@@ -9,6 +9,7 @@ tests are about what ``ask`` prints and returns, not about ranking quality.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -170,7 +171,7 @@ def test_a_streamed_reply_is_followed_by_the_checked_answer(
     from loader.answer.result import Answer
     from loader.cli.ask import _print
 
-    passage = Passage("d1", "Index Types", "/kb/indexes-types.md", 1, "B-tree...", 0.03)
+    passage = Passage(uuid.UUID(int=1), "Index Types", "/kb/indexes-types.md", 1, "B-tree...", 0.03)
     checked = Answer(
         question="q",
         answer="B-tree [Index Types].",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 
@@ -23,8 +24,9 @@ from loader.providers.chat import ChatClient, ChatError
 from loader.settings import load_settings
 from tests.fake_openai import FakeOpenAI, Reply, chat_reply
 
-INDEX = Passage("d1", "Index Types", "/docs/indexes-types.html", 2, "B-tree is the default.", 0.03)
-VACUUM = Passage("d2", "VACUUM", "/docs/sql-vacuum.html", 0, "VACUUM reclaims storage.", 0.02)
+D1, D2, D3 = (uuid.UUID(int=n) for n in (1, 2, 3))
+INDEX = Passage(D1, "Index Types", "/docs/indexes-types.html", 2, "B-tree is the default.", 0.03)
+VACUUM = Passage(D2, "VACUUM", "/docs/sql-vacuum.html", 0, "VACUUM reclaims storage.", 0.02)
 PASSAGES = [INDEX, VACUUM]
 
 
@@ -203,6 +205,104 @@ def test_client_reports_persistent_5xx(fake_openai: FakeOpenAI) -> None:
     assert len(fake_openai.requests_to("/v1/chat/completions")) == 2
 
 
+def _retrying_client(fake: FakeOpenAI, retries: int) -> tuple[ChatClient, list[float]]:
+    """A client with ``retries`` retries whose waits are recorded instead of slept."""
+    sleeps: list[float] = []
+    settings = load_settings(
+        env={},
+        chat_base_url=fake.base_url,
+        chat_model="fake-chat",
+        chat_api_key="sk-test",
+        chat_max_retries=retries,
+        chat_timeout=5,
+    )
+    return ChatClient(settings, sleep=sleeps.append), sleeps
+
+
+def test_client_retries_429_and_500_with_the_shared_policy_then_succeeds(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script(
+        "/v1/chat/completions",
+        Reply({"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "3"}),
+        Reply({"error": {"message": "boom"}}, status=500),
+        chat_reply("ok [VACUUM]"),
+    )
+    client, sleeps = _retrying_client(fake_openai, 2)
+    assert client._client.max_retries == 0  # the SDK's own retries are off: one policy
+    reply = client.complete(build_messages("q", PASSAGES))
+    assert reply.content == "ok [VACUUM]"
+    assert len(fake_openai.requests_to("/v1/chat/completions")) == 3
+    assert sleeps[0] == 3.0  # the server's Retry-After
+    assert 0.5 <= sleeps[1] <= 1.0  # then exponential backoff (0.5 s * 2**1, jittered)
+
+
+def test_client_retries_a_stream_until_it_starts(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(
+        "/v1/chat/completions",
+        Reply({"error": {"message": "slow down"}}, status=429),
+        chat_reply("streamed [VACUUM]"),
+    )
+    client, sleeps = _retrying_client(fake_openai, 1)
+    pieces: list[str] = []
+    reply = client.complete(build_messages("q", PASSAGES), on_text=pieces.append)
+    assert reply.content == "".join(pieces) == "streamed [VACUUM]"
+    assert len(sleeps) == 1 and len(fake_openai.requests_to("/v1/chat/completions")) == 2
+
+
+def test_client_gives_up_after_the_configured_attempts_naming_the_endpoint(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script(
+        "/v1/chat/completions",
+        *[Reply({"error": {"message": "slow down"}}, status=429)] * 3,
+    )
+    client, sleeps = _retrying_client(fake_openai, 2)
+    with pytest.raises(ChatError) as info:
+        client.complete(build_messages("q", PASSAGES))
+    assert info.value.message == (
+        f"the chat model at {fake_openai.base_url} (model fake-chat) answered HTTP 429: "
+        "slow down (gave up after 3 attempts)"
+    )
+    assert info.value.hint == "check PGKB_CHAT_BASE_URL and that the server is up"
+    assert len(fake_openai.requests_to("/v1/chat/completions")) == 3
+    assert len(sleeps) == 2
+
+
+def test_chat_and_embeddings_share_one_retry_policy(fake_openai: FakeOpenAI) -> None:
+    """The same failures, the same waits and the same final error text, endpoint aside."""
+    from loader.providers.openai_embeddings import OpenAIEmbedder
+
+    failures = [
+        Reply({"error": {"message": "busy"}}, status=503, headers={"Retry-After": "2"}),
+        Reply({"error": {"message": "busy"}}, status=503, headers={"Retry-After": "2"}),
+    ]
+    fake_openai.script("/v1/chat/completions", *failures)
+    fake_openai.script("/v1/embeddings", *failures)
+    chat, chat_sleeps = _retrying_client(fake_openai, 1)
+    embed_sleeps: list[float] = []
+    embedder = OpenAIEmbedder(
+        "fake-embed",
+        fake_openai.dims,
+        base_url=fake_openai.base_url,
+        max_retries=1,
+        sleep=embed_sleeps.append,
+    )
+    with pytest.raises(ChatError) as chat_error:
+        chat.complete(build_messages("q", PASSAGES))
+    with pytest.raises(PgkbError) as embed_error:
+        embedder.embed_query("q")
+    assert chat_sleeps == embed_sleeps == [2.0]
+    for error, kind, model in (
+        (chat_error, "the chat model", "fake-chat"),
+        (embed_error, "the embeddings API", "fake-embed"),
+    ):
+        assert error.value.message == (
+            f"{kind} at {fake_openai.base_url} (model {model}) answered HTTP 503: busy "
+            "(gave up after 2 attempts)"
+        )
+
+
 def test_client_times_out(fake_openai: FakeOpenAI) -> None:
     fake_openai.script("/v1/chat/completions", Reply(chat_reply("late").body, delay=3))
     started = time.monotonic()
@@ -240,7 +340,7 @@ def test_openai_without_a_key_is_a_configuration_error() -> None:
 
 
 def test_a_title_may_be_cited_without_its_section_number() -> None:
-    numbered = [Passage("d3", "11.2. Index Types", "/docs/indexes-types.html", 0, "B-tree.")]
+    numbered = [Passage(D3, "11.2. Index Types", "/docs/indexes-types.html", 0, "B-tree.")]
     checked = check_citations("B-tree [Index Types].", numbered)
     assert checked.cited_titles == ["11.2. Index Types"]
     assert checked.answer == "B-tree [11.2. Index Types]."

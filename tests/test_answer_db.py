@@ -7,6 +7,7 @@ and the keyword leg is PostgreSQL's own. The chat model is the fake OpenAI serve
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import psycopg
@@ -325,10 +326,8 @@ def test_overlapping_neighbour_windows_become_one_passage_without_repeats(
         "AND chunk_index IN (1, 3, 9) ORDER BY chunk_index",
         (corpus["Checkpoint Tuning"],),
     ).fetchall()
-    hits = [
-        Passage(corpus["Checkpoint Tuning"], "Checkpoint Tuning", "/kb/c.md", i, c, 0.1, cid)
-        for cid, i, c in rows
-    ]
+    doc = uuid.UUID(corpus["Checkpoint Tuning"])
+    hits = [Passage(doc, "Checkpoint Tuning", "/kb/c.md", i, c, 0.1, cid) for cid, i, c in rows]
     (window, separate) = expand_with_neighbours(conn, [hits[1], hits[0], hits[2]], 10_000)
     # chunk 3 -> 2..4, chunk 1 -> 0..2: they overlap, so one passage 0..4, each chunk once
     assert (window.chunk_index, window.chunk_end) == (0, 4)

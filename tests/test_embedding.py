@@ -3,6 +3,7 @@ model for real, and the model check against the database."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import psycopg
@@ -128,6 +129,23 @@ def test_get_embedder_keeps_one_instance_per_model() -> None:
     assert isinstance(c, Embedder)
 
 
+def test_embedders_are_immutable_and_cached_by_everything_that_changes_them() -> None:
+    base = Settings(embedding_provider="openai", embedding_model="x", embedding_dims=8)
+    first = get_embedder(base)
+    assert get_embedder(base.replace(chunk_tokens=100)) is first  # not an embedder setting
+    bigger = get_embedder(base.replace(embedding_batch_size=16))
+    assert bigger is not first and (bigger.batch_size, first.batch_size) == (16, 64)
+    assert isinstance(first, OpenAIEmbedder)
+    other_url = get_embedder(base.replace(embedding_base_url="http://127.0.0.1:9/v1"))
+    assert other_url is not first and first.base_url is None  # the cached one is unchanged
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.batch_size = 1  # type: ignore[misc]
+    local = get_embedder(Settings(embedding_max_input_tokens=128))
+    assert local is not get_embedder(Settings()) and local.max_input_tokens == 128
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        local.max_input_tokens = 256  # type: ignore[misc]
+
+
 def test_ensure_model_registers_then_refuses_another_model(
     conn: psycopg.Connection[Any],
 ) -> None:
@@ -164,3 +182,16 @@ def test_local_model_embeds_normalised_vectors_that_mean_something(embedder: Any
 
     assert cosine(query, vectors[0]) > cosine(query, vectors[1]) + 0.1
     assert embedder.count_tokens("hello world") == 2
+
+
+@pytest.mark.model
+def test_local_embedders_of_one_model_share_its_loaded_model(embedder: Any) -> None:
+    settings = Settings()
+    small = get_embedder(settings.replace(embedding_batch_size=2))
+    large = get_embedder(settings.replace(embedding_batch_size=128))
+    assert small is not large
+    assert isinstance(small, LocalEmbedder) and isinstance(large, LocalEmbedder)
+    texts = ["a", "b", "c"]
+    for one, other in zip(small.embed(texts), large.embed(texts), strict=True):
+        assert one == pytest.approx(other, abs=1e-5)
+    assert small.model() is large.model() is embedder.model()  # loaded once per model folder

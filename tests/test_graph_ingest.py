@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -369,13 +370,11 @@ def test_catalogue_and_related_documents_honour_the_category(
     )
     scoped = catalogue.catalogue_for_question(conn, "alpha setup", filters={"category": "public"})
     assert [n.title for n in scoped] == ["Alpha Page"]
-    assert catalogue.related_from_graph(conn, [ids["Alpha Page"]]) == [
-        (ids["Beta Page"], "Beta Page", str((root / "b.html").resolve()), "references")
+    alpha, beta = uuid.UUID(ids["Alpha Page"]), uuid.UUID(ids["Beta Page"])
+    assert catalogue.related_from_graph(conn, [alpha]) == [
+        (beta, "Beta Page", str((root / "b.html").resolve()), "references")
     ]
-    assert (
-        catalogue.related_from_graph(conn, [ids["Alpha Page"]], filters={"category": "public"})
-        == []
-    )
+    assert catalogue.related_from_graph(conn, [alpha], filters={"category": "public"}) == []
 
 
 def test_cli_docs_and_graph(

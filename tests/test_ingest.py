@@ -19,18 +19,18 @@ import pytest
 from click.testing import CliRunner
 
 from loader.cli import cli
-from loader.errors import ConfigError, ModelMismatchError
+from loader.errors import ConfigError, ModelMismatchError, PgkbError
 from loader.ingest.extract import Section
 from loader.ingest.pipeline import ingest_documents, ingest_paths
 from loader.ingest.sources import SourceDocument
-from loader.ingest.writer import INGEST_LOCK_KEY
+from loader.ingest.writer import INGEST_LOCK_KEY, ingest_lock
 from loader.providers.openai_embeddings import OpenAIEmbedder
 from loader.settings import load_settings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import PARAGRAPHS
 from tests.helpers import check_whole as _check_whole
-from tests.helpers import ingest_env as _env
 from tests.helpers import ingest_settings as _settings
+from tests.helpers import settings_env as _env
 from tests.helpers import stored_documents as _documents
 from tests.helpers import write_docs as _write_docs
 from tests.pdfs import blank_pdf, text_pdf
@@ -399,6 +399,32 @@ def test_cli_json_summary_exit_codes_and_meta(
     missing = runner.invoke(cli, ["ingest", str(tmp_path / "absent")], env=env)
     assert missing.exit_code == 2
     assert "does not exist" in missing.output
+
+
+def test_the_ingestion_lock_names_who_holds_it(db_url: str) -> None:
+    """Ingest and reembed share one lock (loader.ingest.writer.ingest_lock); a refused run is
+    told which run is in the way, by its name and backend pid."""
+    with psycopg.connect(db_url) as first, psycopg.connect(db_url) as second:
+        pid = first.info.backend_pid
+        with ingest_lock(first, what="pgkb reembed"):
+            with pytest.raises(PgkbError) as refused, ingest_lock(second, wait=False):
+                pass
+            assert refused.value.message == (
+                f"another pgkb ingest is running on this database (backend pid {pid}: pgkb reembed)"
+            )
+        with ingest_lock(first):
+            with (
+                pytest.raises(PgkbError) as refused,
+                ingest_lock(second, wait=False, what="pgkb reembed"),
+            ):
+                pass
+            assert refused.value.message == (
+                f"pgkb ingest (backend pid {pid}) is writing to this knowledge base; "
+                "pgkb reembed does not run beside it"
+            )
+            assert "--wait" in str(refused.value.hint)
+        with ingest_lock(second, wait=False, what="pgkb reembed"):  # released: free again
+            pass
 
 
 def test_a_second_run_waits_or_refuses(

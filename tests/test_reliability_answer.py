@@ -17,6 +17,7 @@ All against the fake OpenAI server on a real database with the hand-made corpus 
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import psycopg
@@ -120,9 +121,11 @@ def test_the_agent_cannot_read_or_cite_another_categorys_document(
     assert answer.removed_citations == ["Checkpoint Tuning"]
 
     box = Toolbox(conn, kb_settings, HandEmbedder(), category="manual")
-    assert box.documents([guide]) == {}
+    guide_id = uuid.UUID(guide)
+    assert box.documents([guide_id]) == {}
     unscoped = Toolbox(conn, kb_settings, HandEmbedder())
-    assert guide in unscoped.documents([guide])  # without a category every document is readable
+    # without a category every document is readable
+    assert guide_id in unscoped.documents([guide_id])
 
 
 def test_ask_reads_over_a_read_only_connection(

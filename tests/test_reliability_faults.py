@@ -24,7 +24,7 @@ import pytest
 
 from loader.ingest.pipeline import ingest_paths
 from tests.fake_openai import FakeOpenAI, Reply, Request, fake_vector
-from tests.helpers import check_whole, ingest_env, ingest_settings
+from tests.helpers import check_whole, ingest_settings, settings_env
 
 
 def _orphans(conn: psycopg.Connection[Any]) -> tuple[int, int]:
@@ -94,7 +94,7 @@ def test_kill_9_at_several_points_loses_nothing(
         _write(root, i, 1)
     _slow_embeddings(fake_openai, 0.15)
     settings = ingest_settings(db_url, tmp_path, fake_openai)
-    env = {**os.environ, **ingest_env(settings), "PGKB_EMBEDDING_BATCH_SIZE": "2"}
+    env = {**os.environ, **settings_env(settings), "PGKB_EMBEDDING_BATCH_SIZE": "2"}
     log = tmp_path / "ingest.log"
     kills = 0
 
@@ -240,7 +240,7 @@ def test_a_statement_timeout_mid_write_leaves_no_partial_document(
     blocker = psycopg.connect(db_url)
     try:
         blocker.execute(f"LOCK TABLE {lock} IN EXCLUSIVE MODE")  # writers wait, readers do not
-        env = {**ingest_env(settings), "PGOPTIONS": "-c statement_timeout=1500"}
+        env = {**settings_env(settings), "PGOPTIONS": "-c statement_timeout=1500"}
         result = CliRunner().invoke(cli, ["ingest", str(root)], env=env)
     finally:
         blocker.rollback()
@@ -280,7 +280,7 @@ def test_a_server_restart_mid_run_is_reported_and_the_next_run_completes(
             _write(root, i, 1)
         _slow_embeddings(fake_openai, 0.15)
         settings = ingest_settings(url, tmp_path, fake_openai)
-        env = {**os.environ, **ingest_env(settings), "PGKB_EMBEDDING_BATCH_SIZE": "2"}
+        env = {**os.environ, **settings_env(settings), "PGKB_EMBEDDING_BATCH_SIZE": "2"}
         log = tmp_path / "ingest.log"
         process = _start(root, env, log)
         with psycopg.connect(url) as watcher:

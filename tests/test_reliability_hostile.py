@@ -23,7 +23,7 @@ from loader.cli import cli
 from loader.ingest.extract import Extracted, ExtractionError, extract
 from loader.safety import parse_int, printable, redact
 from tests.fake_openai import FakeOpenAI
-from tests.helpers import Corpus, check_whole, ingest_env, ingest_settings, load_golden
+from tests.helpers import Corpus, check_whole, ingest_settings, load_golden, settings_env
 
 CASES: collections.Counter[str] = collections.Counter()
 
@@ -203,7 +203,7 @@ def ingested(
     (root / "a.md").write_text("# Vacuum\n\nVacuum reclaims storage occupied by dead tuples.\n")
     settings_ = ingest_settings(db_url, tmp_path, fake_openai)
     ingest_paths(settings_, [root])
-    return ingest_env(settings_)
+    return settings_env(settings_)
 
 
 @settings(

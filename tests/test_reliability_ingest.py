@@ -17,7 +17,7 @@ from loader.cli import cli
 from loader.ingest.pipeline import ingest_documents, ingest_paths
 from loader.ingest.sources import SourceDocument
 from tests.fake_openai import FakeOpenAI
-from tests.helpers import check_whole, ingest_env, ingest_settings, stored_documents
+from tests.helpers import check_whole, ingest_settings, settings_env, stored_documents
 
 
 def _pdf_with_metadata(text: str, metadata: dict[str, str]) -> bytes:
@@ -46,7 +46,7 @@ def test_a_nul_byte_deep_in_a_file_fails_that_file_only(
         )
     )
     settings = ingest_settings(db_url, tmp_path, fake_openai)
-    result = CliRunner().invoke(cli, ["ingest", str(root), "--json"], env=ingest_env(settings))
+    result = CliRunner().invoke(cli, ["ingest", str(root), "--json"], env=settings_env(settings))
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     reasons = {Path(f["source"]).name: f["reason"] for f in _failed(result.output)}
@@ -178,7 +178,7 @@ def test_a_prune_of_most_documents_refuses_without_force(
         (root / name).unlink()
     runner = CliRunner()
     result = runner.invoke(
-        cli, ["ingest", str(root), "--prune", "--json"], env=ingest_env(settings)
+        cli, ["ingest", str(root), "--prune", "--json"], env=settings_env(settings)
     )
     assert result.exit_code == 1, result.output
     (failure,) = _failed(result.output)
@@ -186,7 +186,7 @@ def test_a_prune_of_most_documents_refuses_without_force(
     assert "--force" in failure["reason"]
     assert len(stored_documents(conn)) == 4
 
-    env = {**ingest_env(settings), "PGKB_PRUNE_MAX_FRACTION": "0.8"}
+    env = {**settings_env(settings), "PGKB_PRUNE_MAX_FRACTION": "0.8"}
     result = runner.invoke(cli, ["ingest", str(root), "--prune"], env=env)
     assert result.exit_code == 0, result.output
     assert set(stored_documents(conn)) == {"d.md"}  # 3/4 = 0.75 <= 0.8: allowed
@@ -205,7 +205,7 @@ def test_force_prunes_beyond_the_share(
     refused = ingest_paths(settings, [root], prune=True)
     assert refused.pruned == 0 and refused.exit_code == 1
     result = CliRunner().invoke(
-        cli, ["ingest", str(root), "--prune", "--force"], env=ingest_env(settings)
+        cli, ["ingest", str(root), "--prune", "--force"], env=settings_env(settings)
     )
     assert result.exit_code == 0, result.output
     assert set(stored_documents(conn)) == {"c.md"}
@@ -308,7 +308,7 @@ def test_control_sequences_never_reach_the_terminal(
     )
     settings = ingest_settings(db_url, tmp_path, fake_openai)
     ingest_paths(settings, [root])
-    env = ingest_env(settings)
+    env = settings_env(settings)
     result = CliRunner().invoke(cli, ["search", "vacuum", "--mode", "keyword"], env=env)
     assert result.exit_code == 0, result.output
     assert "vacuum" in result.output and "hidden" in result.output

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -73,7 +74,7 @@ LAST_TURN = (
 
 def catalogue(passages: Sequence[Passage], toolbox: Toolbox) -> list[dict[str, Any]]:
     """The documents the first search matched, best first, with their size."""
-    order: dict[str, list[Passage]] = {}
+    order: dict[uuid.UUID, list[Passage]] = {}
     for passage in passages:
         order.setdefault(passage.document_id, []).append(passage)
     ids = list(order)[:CATALOGUE_SIZE]
@@ -84,7 +85,7 @@ def catalogue(passages: Sequence[Passage], toolbox: Toolbox) -> list[dict[str, A
         hits = order[doc_id]
         entries.append(
             {
-                "document_id": doc_id,
+                "document_id": str(doc_id),
                 "title": hits[0].title,
                 "source_uri": hits[0].source_uri,
                 "chunk_count": info.chunk_count if info else None,

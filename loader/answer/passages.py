@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,11 +18,16 @@ def estimate_tokens(text: str) -> int:
     return int(len(text) / CHARS_PER_TOKEN) + 1
 
 
+def as_uuid(value: Any) -> uuid.UUID:
+    """A document id as a UUID (hits given as mappings may hold its text)."""
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
 @dataclasses.dataclass(frozen=True)
 class Passage:
     """A retrieved chunk (or a run of neighbouring chunks of one document) with its source."""
 
-    document_id: str
+    document_id: uuid.UUID
     title: str
     source_uri: str
     chunk_index: int
@@ -42,7 +48,7 @@ class Passage:
         score = hit_value(hit, "score")
         chunk_id = hit_value(hit, "chunk_id")
         return cls(
-            document_id=str(hit_value(hit, "document_id")),
+            document_id=as_uuid(hit_value(hit, "document_id")),
             title=str(hit_value(hit, "title") or ""),
             source_uri=str(hit_value(hit, "source_uri") or ""),
             chunk_index=int(hit_value(hit, "chunk_index") or 0),
@@ -56,7 +62,7 @@ class Passage:
         data: dict[str, Any] = {
             "title": self.title,
             "source_uri": self.source_uri,
-            "document_id": self.document_id,
+            "document_id": str(self.document_id),
             "chunk_index": self.chunk_index,
             "content": self.content,
             "score": self.score,
@@ -68,11 +74,11 @@ class Passage:
 
 @dataclasses.dataclass(frozen=True)
 class RelatedDocument:
-    document_id: str
+    document_id: uuid.UUID
     title: str
     source_uri: str
     relation: str
     """Why it is related: ``retrieved`` (found, not cited) or a graph relation type."""
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "document_id": str(self.document_id)}

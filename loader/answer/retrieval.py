@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -59,7 +60,7 @@ def search_passages(
     *,
     limit: int | None = None,
     category: str | None = None,
-    document_ids: Sequence[str] | None = None,
+    document_ids: Sequence[uuid.UUID] | None = None,
 ) -> tuple[list[SearchHit], list[Passage]]:
     """Hybrid search; returns the raw hits (for the abstention gate) and their passages.
 

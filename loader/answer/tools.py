@@ -146,7 +146,7 @@ class ToolRefusal(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class DocumentInfo:
-    document_id: str
+    document_id: uuid.UUID
     title: str
     source_uri: str
     chunk_count: int
@@ -174,9 +174,9 @@ def _optional_int(args: Mapping[str, Any], name: str) -> int | None:
     return None if args.get(name) is None else _as_int(name, args[name])
 
 
-def _as_uuid(name: str, value: Any) -> str:
+def _as_uuid(name: str, value: Any) -> uuid.UUID:
     try:
-        return str(uuid.UUID(str(value).strip()))
+        return uuid.UUID(str(value).strip())
     except (ValueError, AttributeError):
         raise ToolRefusal(
             f"{name} {json.dumps(value, default=str)} is not a document id (a UUID such as "
@@ -199,8 +199,8 @@ class Toolbox:
         self.settings = settings
         self.embedder = embedder
         self.category = category
-        self.seen: dict[tuple[str, int], Passage] = {}
-        self._documents: dict[str, DocumentInfo] = {}
+        self.seen: dict[tuple[uuid.UUID, int], Passage] = {}
+        self._documents: dict[uuid.UUID, DocumentInfo] = {}
         self._calls: dict[str, int] = {}
 
     # -- the tools offered ------------------------------------------------------------------
@@ -212,7 +212,7 @@ class Toolbox:
         for passage in passages:
             self.seen.setdefault((passage.document_id, passage.chunk_index), passage)
 
-    def documents(self, ids: Sequence[str]) -> dict[str, DocumentInfo]:
+    def documents(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, DocumentInfo]:
         missing = [i for i in ids if i not in self._documents]
         if missing:
             with self.conn.cursor(row_factory=class_row(queries.DocumentRow)) as cur:
@@ -220,9 +220,8 @@ class Toolbox:
                     queries.DOCUMENTS_BY_ID, {"ids": missing, "category": self.category}
                 ).fetchall()
             for row in rows:
-                doc_id = str(row.document_id)
-                self._documents[doc_id] = DocumentInfo(
-                    doc_id, row.title, row.source_uri, row.chunk_count
+                self._documents[row.document_id] = DocumentInfo(
+                    row.document_id, row.title, row.source_uri, row.chunk_count
                 )
         return {i: self._documents[i] for i in ids if i in self._documents}
 
@@ -321,7 +320,7 @@ class Toolbox:
                 {
                     "title": p.title,
                     "source_uri": p.source_uri,
-                    "document_id": p.document_id,
+                    "document_id": str(p.document_id),
                     "chunk_index": p.chunk_index,
                     "score": None if p.score is None else round(p.score, 5),
                     "content": p.content,
@@ -335,7 +334,7 @@ class Toolbox:
             out["notes"] = notes
         return out
 
-    def _document_ids(self, value: Any) -> list[str] | None:
+    def _document_ids(self, value: Any) -> list[uuid.UUID] | None:
         if value is None or value == []:
             return None
         if isinstance(value, str):
@@ -349,8 +348,8 @@ class Toolbox:
         unknown = [i for i in ids if i not in known]
         if unknown:
             raise ToolRefusal(
-                f"unknown document id(s): {', '.join(unknown)}; use document_id values from "
-                "the catalogue or from search results"
+                f"unknown document id(s): {', '.join(map(str, unknown))}; use document_id "
+                "values from the catalogue or from search results"
             )
         return ids
 
@@ -407,7 +406,7 @@ class Toolbox:
     ) -> dict[str, Any]:
         status = str(records[0]["status"]) if records else "empty"
         out: dict[str, Any] = {
-            "document_id": info.document_id,
+            "document_id": str(info.document_id),
             "title": info.title,
             "source_uri": info.source_uri,
             "chunk_count": info.chunk_count,
@@ -464,7 +463,7 @@ class Toolbox:
 
     def explore_graph(self, args: Mapping[str, Any], budget: int) -> dict[str, Any]:
         notes = _unknown_keys(args, {"document_id", "query", "depth", "relation_types", "limit"})
-        start: str | None = None
+        start: uuid.UUID | None = None
         if args.get("document_id") is not None:
             start = _as_uuid("document_id", args["document_id"])
             if start not in self.documents([start]):
@@ -506,13 +505,12 @@ class Toolbox:
             limit=limit,
         )
         if start is not None and not nodes:
-            where = (
-                f"is outside this question's scope (category {self.category!r})"
-                if self.category
-                else "is no longer in the knowledge base"
-            )
+            # kb.explore_graph returns the start itself unless it is gone: removed since this
+            # toolbox looked it up (a document of another category never gets here, it is refused
+            # above as unknown, so the scope does not reveal that it exists)
             raise ToolRefusal(
-                f"document {start} {where}; use a document_id from the catalogue or search results"
+                f"document {start} is no longer in the knowledge base; use a document_id from "
+                "the catalogue or search results"
             )
         documents: list[dict[str, Any]] = []
         used = 0

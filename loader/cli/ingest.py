@@ -32,7 +32,7 @@ def summary_line(data: dict[str, Any]) -> str:
 def _say_waiting(event: str, info: dict[str, Any]) -> None:
     if event == "waiting":
         click.echo(
-            f"another pgkb ingest (backend pid {info['holder']}) is running; waiting for it "
+            f"{info['holder']} holds the ingestion lock; waiting for it "
             "(--no-wait to exit instead)",
             err=True,
         )

@@ -235,9 +235,14 @@ COPY_EMBEDDINGS = (
 )
 
 INGEST_LOCK_HOLDER = """
-SELECT pid FROM pg_locks
- WHERE locktype = 'advisory' AND granted AND classid = %s AND objid = %s AND objsubid = 1
+SELECT l.pid, a.application_name FROM pg_locks l
+  LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s AND l.objid = %s
+   AND l.objsubid = 1
 """
+"""The backend holding the ingestion lock and its application_name (who it is)."""
+SET_APPLICATION_NAME = "SELECT set_config('application_name', %s, false)"
+"""An ingestion-lock holder names itself (pgkb ingest, pgkb reembed) for the others."""
 SESSION_READ_ONLY = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
 """``ask`` and the agent only read: every transaction of their connection is read-only."""
 
@@ -593,13 +598,6 @@ INSERT INTO kb.embeddings (chunk_id, model_id, embedding)
 SELECT c.id, %s, %s FROM kb.chunks c WHERE c.id = %s
     ON CONFLICT (chunk_id, model_id) DO NOTHING
 """
-INGEST_LOCK_HOLDER_NAMED = """
-SELECT l.pid, a.application_name FROM pg_locks l
-  LEFT JOIN pg_stat_activity a ON a.pid = l.pid
- WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s AND l.objid = %s
-   AND l.objsubid = 1
-"""
-SET_APPLICATION_NAME = "SELECT set_config('application_name', %s, false)"
 
 # --- operations: index care (loader.ops.maintenance; autocommit, outside a transaction) --------
 

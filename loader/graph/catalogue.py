@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -108,15 +109,18 @@ def show_document(conn: Any, document_id: str) -> dict[str, Any]:
 def explore(
     conn: Any,
     *,
-    start: str | None = None,
+    start: uuid.UUID | str | None = None,
     query: str | None = None,
     depth: int = 1,
     relation_types: Sequence[str] | None = None,
     filters: dict[str, Any] | None = None,
-    document_ids: Sequence[str] | None = None,
+    document_ids: Sequence[uuid.UUID | str] | None = None,
     limit: int = 50,
 ) -> list[GraphNode]:
-    """Rows of ``kb.explore_graph`` (its errors, e.g. depth 4, raise psycopg errors)."""
+    """Rows of ``kb.explore_graph`` (its errors, e.g. depth 4, raise psycopg errors).
+
+    Ids in: UUIDs (the answer side's) or their text; ids out (``GraphNode.document_id`` and
+    the ids in its ``path`` and ``edges``): text, like everything the graph reads from JSON."""
     with conn.cursor(row_factory=class_row(queries.GraphNodeRow)) as cur:
         rows = cur.execute(
             queries.EXPLORE_GRAPH,
@@ -202,22 +206,22 @@ def format_catalogue(nodes: Sequence[GraphNode], summary_chars: int = 240) -> st
 
 def related_from_graph(
     conn: Any,
-    document_ids: Sequence[str],
+    document_ids: Sequence[uuid.UUID],
     *,
     filters: dict[str, Any] | None = None,
     limit: int = 10,
-) -> list[tuple[str, str, str, str]]:
+) -> list[tuple[uuid.UUID, str, str, str]]:
     """``(document id, title, source_uri, relation)`` of the documents one hop from
     ``document_ids`` in the graph (not those themselves), within ``filters``; relation is the
     edge's type, ``references`` before the rest, then by title."""
-    seen = set(document_ids)
-    found: dict[str, tuple[str, str, str, str]] = {}
+    seen = {str(i) for i in document_ids}
+    found: dict[str, tuple[uuid.UUID, str, str, str]] = {}
     for doc_id in document_ids:
         for node in explore(conn, start=doc_id, depth=1, filters=filters, limit=100):
             if node.document_id in seen or node.document_id in found or not node.path:
                 continue
             found[node.document_id] = (
-                node.document_id,
+                uuid.UUID(node.document_id),
                 node.title,
                 node.source_uri,
                 node.path[-1]["relation_type"],

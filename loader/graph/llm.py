@@ -30,6 +30,7 @@ from psycopg.rows import class_row
 
 from loader.db import queries
 from loader.graph.metadata import DOC_TYPES, STOP_WORDS, DocumentMetadata, TocEntry
+from loader.providers.chat import ChatClient
 
 log = logging.getLogger(__name__)
 
@@ -318,25 +319,15 @@ def _parse_edges(raw: Any, document_id: str, candidates: Sequence[Candidate]) ->
 # --- the calls ----------------------------------------------------------------------------------
 
 
-def _chat(settings: Any) -> Any:
-    from loader.providers.openai_compat import make_client
-
-    return make_client(
-        base_url=settings.chat_base_url,
-        api_key=settings.chat_api_key,
-        timeout=settings.chat_timeout,
-        max_retries=min(settings.chat_max_retries, 1),
-    )
+def _chat(settings: Any) -> ChatClient:
+    """The chat client for metadata: at most one retry per document (ingestion moves on to the
+    deterministic metadata rather than wait)."""
+    return ChatClient(settings, max_retries=min(settings.chat_max_retries, 1))
 
 
-def complete(client: Any, model: str, messages: list[dict[str, str]]) -> str | None:
-    response = client.chat.completions.create(
-        model=model, messages=messages, temperature=0, max_tokens=MAX_REPLY_TOKENS
-    )
-    if not response.choices:
-        return None
-    content = response.choices[0].message.content
-    return content if isinstance(content, str) else None
+def complete(client: ChatClient, messages: list[dict[str, str]]) -> str | None:
+    reply = client.complete(messages, options={"temperature": 0, "max_tokens": MAX_REPLY_TOKENS})
+    return reply.content
 
 
 def enrich_documents(conn: Any, settings: Any, document_ids: Sequence[str], stats: Any) -> None:
@@ -383,7 +374,7 @@ def enrich_documents(conn: Any, settings: Any, document_ids: Sequence[str], stat
         fallback = deterministic(title, source, [_Chunk(*c) for c in chunks])
         fallback = dataclasses.replace(fallback, toc=[TocEntry(**e) for e in toc or []])
         try:
-            reply = complete(client, settings.chat_model, messages)
+            reply = complete(client, messages)
             metadata, edges = parse_reply(
                 reply,
                 document_id=document_id,

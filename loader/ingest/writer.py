@@ -230,43 +230,58 @@ def _as_vector(value: Any) -> Any:
 # --- locking and the model ----------------------------------------------------------------------
 
 
-def _lock_holder(conn: psycopg.Connection[Any]) -> int | None:
+def _lock_holder(conn: psycopg.Connection[Any]) -> tuple[int | None, str]:
+    """The backend pid holding the ingestion lock and its ``application_name`` (the ``what`` of
+    :func:`ingest_lock`; empty for a session that set none), as ``pg_stat_activity`` shows them
+    (no pid: released in between)."""
     row = conn.execute(
         queries.INGEST_LOCK_HOLDER,
         (INGEST_LOCK_KEY >> 32, INGEST_LOCK_KEY & 0xFFFFFFFF),
     ).fetchone()
-    return None if row is None else int(row[0])
+    return (None, "") if row is None else (int(row[0]), str(row[1] or ""))
+
+
+INGEST = "pgkb ingest"
+"""The ``what`` of an ingestion run."""
 
 
 @contextmanager
 def ingest_lock(
-    conn: psycopg.Connection[Any], *, wait: bool = True, progress: ProgressCallback | None = None
+    conn: psycopg.Connection[Any],
+    *,
+    wait: bool = True,
+    what: str = INGEST,
+    progress: ProgressCallback | None = None,
 ) -> Iterator[None]:
-    """Hold the ingestion advisory lock (session level) for the block.
+    """Hold the ingestion advisory lock (session level) for the block: every run that writes
+    chunks or vectors (ingest, reembed) holds it, so they never interleave.
 
-    ``wait=False``: raise :class:`PgkbError` at once if another run holds it. The lock is
+    ``what`` names the run in the session's ``application_name``, so a second run can say who
+    is in the way. Another run holding the lock: with ``wait``, a ``waiting`` progress event
+    (``holder``: who) and a wait for it; without, :class:`PgkbError` at once. The lock is
     released when the block ends or, if the process dies, when its connection closes.
     """
     from psycopg.pq import TransactionStatus
 
-    if wait:
-        holder = _lock_holder(conn)
-        if holder is not None:
-            log.warning("another ingestion (backend pid %s) is running; waiting for it", holder)
-            if progress:
-                progress("waiting", {"holder": holder})
-        conn.execute(queries.ADVISORY_LOCK, (INGEST_LOCK_KEY,))
-    else:
-        row = conn.execute(queries.TRY_ADVISORY_LOCK, (INGEST_LOCK_KEY,)).fetchone()
-        if not row or not row[0]:
-            holder = _lock_holder(conn)
-            conn.rollback()
+    conn.execute(queries.SET_APPLICATION_NAME, (what,))
+    row = conn.execute(queries.TRY_ADVISORY_LOCK, (INGEST_LOCK_KEY,)).fetchone()
+    conn.commit()
+    if not row or not row[0]:
+        pid, name = _lock_holder(conn)
+        conn.rollback()
+        holder = name or "another pgkb run"
+        if pid is not None:
+            holder += f" (backend pid {pid})"
+        if not wait:
             raise PgkbError(
-                "another pgkb ingest is running on this database"
-                + (f" (backend pid {holder})" if holder else ""),
+                _refusal(what, pid, name),
                 hint="wait for it to finish, or run with --wait to queue behind it",
             )
-    conn.commit()
+        log.warning("%s holds the ingestion lock; %s waits for it", holder, what)
+        if progress:
+            progress("waiting", {"holder": holder, "pid": pid})
+        conn.execute(queries.ADVISORY_LOCK, (INGEST_LOCK_KEY,))
+        conn.commit()
     try:
         yield
     finally:
@@ -277,6 +292,20 @@ def ingest_lock(
             conn.commit()
         except Exception:  # the connection is gone: so is its lock
             log.debug("could not release the ingest lock explicitly", exc_info=True)
+
+
+def _refusal(what: str, pid: int | None, name: str) -> str:
+    """Why ``what`` does not start: an ingest names the other run's pid (and what it is, when
+    that is not an ingest too); another run says who is writing."""
+    if what == INGEST:
+        if pid is None:
+            return "another pgkb ingest is running on this database"
+        other = f": {name}" if name and name != INGEST else ""
+        return f"another pgkb ingest is running on this database (backend pid {pid}{other})"
+    who = name or "another pgkb run"
+    if pid is not None:
+        who += f" (backend pid {pid})"
+    return f"{who} is writing to this knowledge base; {what} does not run beside it"
 
 
 def stored_shas(conn: psycopg.Connection[Any]) -> dict[str, str]:

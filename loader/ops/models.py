@@ -19,8 +19,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from loader.db import queries
@@ -180,52 +179,6 @@ def settings_for_model(settings: Settings, name: str) -> Settings:
     return model_settings(settings, model)
 
 
-# --- the lock ingestion holds -------------------------------------------------------------------
-
-
-@contextmanager
-def ingest_lock(
-    conn: Any, *, wait: bool, what: str, progress: ProgressCallback | None = None
-) -> Iterator[None]:
-    """Hold the advisory lock every ingestion run holds (session level), naming ``what`` holds
-    it in ``application_name`` so a second run can say who is in the way."""
-    from loader.ingest.writer import INGEST_LOCK_KEY
-
-    conn.execute(queries.SET_APPLICATION_NAME, (what,))
-    conn.commit()
-    row = conn.execute(queries.TRY_ADVISORY_LOCK, (INGEST_LOCK_KEY,)).fetchone()
-    conn.commit()
-    if not row[0]:
-        holder = conn.execute(
-            queries.INGEST_LOCK_HOLDER_NAMED, (INGEST_LOCK_KEY >> 32, INGEST_LOCK_KEY & 0xFFFFFFFF)
-        ).fetchone()
-        conn.rollback()
-        who = (
-            f"{holder[1] or 'pgkb ingest'} (backend pid {holder[0]})"
-            if holder
-            else "another pgkb run"
-        )
-        if not wait:
-            raise PgkbError(
-                f"{who} is writing to this knowledge base; {what} does not run beside it",
-                hint="wait for it to finish, or run with --wait to queue behind it",
-            )
-        if progress:
-            progress("waiting", {"holder": who})
-        conn.execute(queries.ADVISORY_LOCK, (INGEST_LOCK_KEY,))
-        conn.commit()
-    try:
-        yield
-    finally:
-        try:
-            if conn.info.transaction_status != 0:
-                conn.rollback()
-            conn.execute(queries.ADVISORY_UNLOCK, (INGEST_LOCK_KEY,))
-            conn.commit()
-        except Exception:  # the connection is gone: so is its lock
-            log.debug("could not release the lock explicitly", exc_info=True)
-
-
 # --- re-embedding -------------------------------------------------------------------------------
 
 
@@ -269,6 +222,7 @@ def reembed(
 
     from loader.db.session import connection
     from loader.ingest.chunking import Chunker
+    from loader.ingest.writer import ingest_lock
     from loader.providers.embeddings import get_embedder
 
     size = batch_size or max(settings.embedding_batch_size, 1) * 4

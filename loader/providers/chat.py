@@ -1,7 +1,7 @@
 """An OpenAI-compatible chat-completions client (OpenAI, Azure, Ollama, vLLM, llama.cpp, ...).
 
-Built on the shared layer of :mod:`loader.providers.openai_compat` (client factory, error text);
-every failure surfaces as :class:`ChatError` with a message naming the endpoint.
+Built on the shared layer of :mod:`loader.providers.openai_compat` (client factory, retry policy,
+error messages); every failure surfaces as :class:`ChatError` with a message naming the endpoint.
 """
 
 from __future__ import annotations
@@ -68,12 +68,19 @@ class ChatModel(Protocol):
 class ChatClient:
     """An OpenAI-compatible chat-completions client (OpenAI, Azure, Ollama, vLLM, llama.cpp, ...).
 
-    Retries (``chat_max_retries``, exponential backoff, ``Retry-After`` honoured) are the
-    ``openai`` package's own: on 408, 409, 429, 5xx, timeouts and lost connections. Every
-    failure surfaces as :class:`ChatError` with a message naming the endpoint.
+    Retries (``chat_max_retries``, or ``max_retries`` when given) follow the shared policy of
+    :func:`loader.providers.openai_compat.call`: 408, 429, 5xx, timeouts and lost connections,
+    exponential backoff, ``Retry-After`` honoured; a streamed reply is retried only until its
+    first byte. Every failure surfaces as :class:`ChatError` with a message naming the endpoint.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        max_retries: int | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if not settings.chat_model:
             raise ConfigError("no chat model is configured", hint="set PGKB_CHAT_MODEL")
         api_key = settings.chat_api_key
@@ -88,11 +95,14 @@ class ChatClient:
         self.base_url = redact(settings.chat_base_url or "https://api.openai.com/v1")  # shown
         self.timeout = settings.chat_timeout
         self.deadline = settings.chat_deadline
+        self.endpoint = openai_compat.Endpoint(
+            "the chat model", settings.chat_base_url, self.model, self.timeout, "PGKB_CHAT"
+        )
+        self.retry = openai_compat.RetryPolicy(
+            settings.chat_max_retries if max_retries is None else max_retries, sleep=sleep
+        )
         self._client = openai_compat.make_client(
-            base_url=settings.chat_base_url,
-            api_key=api_key,
-            timeout=settings.chat_timeout,
-            max_retries=settings.chat_max_retries,
+            base_url=settings.chat_base_url, api_key=api_key, timeout=settings.chat_timeout
         )
 
     @classmethod
@@ -107,13 +117,17 @@ class ChatClient:
         tools: Sequence[Mapping[str, Any]] | None = None,
         tool_choice: str | None = None,
         on_text: Callable[[str], None] | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> ChatReply:
-        """One chat completion; with ``on_text``, streamed (each text piece passed to it)."""
+        """One chat completion; with ``on_text``, streamed (each text piece passed to it).
+
+        ``options``: more request fields (``temperature``, ``max_tokens``, ...)."""
         import openai
 
         from loader.safety import call_with_timeout
 
         kwargs: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        kwargs.update(options or {})
         if tools:
             kwargs["tools"] = list(tools)
             if tool_choice:
@@ -121,9 +135,10 @@ class ChatClient:
         try:
             if on_text is not None:
                 return self._stream(kwargs, on_text, time.monotonic() + self.deadline)
-            try:  # the whole request within chat_deadline (a trickled body included)
+            try:  # the whole request, retries included, within chat_deadline
                 response = call_with_timeout(
-                    lambda: self._client.chat.completions.create(**kwargs), self.deadline
+                    lambda: self._call(lambda: self._client.chat.completions.create(**kwargs)),
+                    self.deadline,
                 )
             except TimeoutError:
                 raise self._past_deadline() from None
@@ -138,29 +153,15 @@ class ChatClient:
             return ChatReply(choice.message.content, calls, choice.finish_reason)
         except ChatError:
             raise
-        except openai.APITimeoutError:
-            raise ChatError(
-                f"the chat model at {self.base_url} did not answer within {self.timeout:g} s",
-                hint="raise PGKB_CHAT_TIMEOUT or check the server's load",
-            ) from None
-        except openai.APIConnectionError as exc:
-            raise ChatError(
-                f"cannot reach the chat model at {self.base_url}: {exc}",
-                hint="check PGKB_CHAT_BASE_URL and that the server is running",
-            ) from None
-        except openai.APIStatusError as exc:
-            raise ChatError(
-                f"the chat model at {self.base_url} answered HTTP {exc.status_code}: "
-                f"{openai_compat.error_text(exc)}",
-                hint="check PGKB_CHAT_MODEL and PGKB_CHAT_API_KEY"
-                if exc.status_code in (401, 403, 404)
-                else None,
-            ) from None
         except (openai.OpenAIError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ChatError(
                 f"the chat model at {self.base_url} sent a reply pgkb cannot read: "
                 f"{type(exc).__name__}: {exc}"
             ) from None
+
+    def _call(self, request: Callable[[], Any]) -> Any:
+        """``request()`` under the shared retry policy, failures as :class:`ChatError`."""
+        return openai_compat.call(request, self.endpoint, self.retry, error=ChatError)
 
     def _past_deadline(self) -> ChatError:
         return ChatError(
@@ -172,7 +173,7 @@ class ChatClient:
     def _stream(
         self, kwargs: dict[str, Any], on_text: Callable[[str], None], deadline: float
     ) -> ChatReply:
-        stream = self._client.chat.completions.create(**kwargs, stream=True)
+        stream = self._call(lambda: self._client.chat.completions.create(**kwargs, stream=True))
         text: list[str] = []
         try:
             return self._read_stream(stream, on_text, deadline, text)

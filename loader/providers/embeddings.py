@@ -3,9 +3,9 @@
 Two implementations of :class:`Embedder`: :class:`~loader.providers.local.LocalEmbedder`
 (all-MiniLM-L6-v2 on the CPU, offline) and
 :class:`~loader.providers.openai_embeddings.OpenAIEmbedder` (any OpenAI-compatible
-``/embeddings`` endpoint). :func:`get_embedder` keeps one instance per (provider, model, dims,
-base_url) in the process; :func:`ensure_model` registers the model in ``kb.embedding_models`` and
-refuses to work when the database's active model is a different one.
+``/embeddings`` endpoint), both immutable. :func:`get_embedder` keeps one instance per
+configuration in the process; :func:`ensure_model` registers the model in
+``kb.embedding_models`` and refuses to work when the database's active model is a different one.
 """
 
 from __future__ import annotations
@@ -29,10 +29,17 @@ from loader.settings import Settings
 class Embedder(Protocol):
     """Turns texts into vectors of one model (one vector space)."""
 
-    name: str
-    dims: int
-    provider: str
-    max_input_tokens: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dims(self) -> int: ...
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def max_input_tokens(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Vectors for passages (batched internally), in input order."""
@@ -76,27 +83,23 @@ def check_chunk_size(settings: Settings, embedder: Embedder) -> None:
         )
 
 
-# --- local: sentence-transformers ---------------------------------------------------------------
+# --- one instance per configuration ------------------------------------------------------------
 
-_CACHE: dict[tuple[str, str, int, str | None], LocalEmbedder | OpenAIEmbedder] = {}
+_CACHE: dict[LocalEmbedder | OpenAIEmbedder, LocalEmbedder | OpenAIEmbedder] = {}
 _CACHE_LOCK = threading.Lock()
 
 
 def get_embedder(settings: Settings) -> Embedder:
-    """The embedder the settings describe, created once per (provider, model, dims, base_url)."""
-    key = (
-        settings.embedding_provider,
-        settings.embedding_model,
-        settings.embedding_dims,
-        settings.embedding_base_url,
-    )
+    """The embedder the settings describe: one instance per configuration in the process.
+
+    Embedders are immutable values (frozen dataclasses), so the cache is keyed on every field
+    that changes their behaviour (provider, model, dims, base URL, key, input limit, batch size,
+    timeout, retries): settings that differ in any of them get another instance, never a
+    cached one changed in place. The expensive part, the local model, is shared per model
+    folder whatever the instance (:func:`loader.providers.local.load_model`)."""
+    wanted = _make(settings)
     with _CACHE_LOCK:
-        embedder = _CACHE.get(key)
-        if embedder is None:
-            embedder = _make(settings)
-            _CACHE[key] = embedder
-    embedder.configure(settings)  # per-run knobs that do not change the vector space
-    return embedder
+        return _CACHE.setdefault(wanted, wanted)
 
 
 def _make(settings: Settings) -> LocalEmbedder | OpenAIEmbedder:
