@@ -6,7 +6,8 @@ through the model's HNSW index and its top ``--top`` compared with the exact one
 table row per value: mean recall against the exact list, p50 and p95 latency in ms. Run against
 the database of the current settings (``PGKB_DATA_DIR`` / ``PGKB_DATABASE_URL``):
 
-    PGKB_DATA_DIR=/work/cache/manual python bench/ef_search.py --questions eval/manual/questions-tune.json
+    PGKB_DATA_DIR=/work/cache/manual python bench/ef_search.py \\
+        --questions eval/manual/questions-tune.json
     PGKB_DATA_DIR=/work/cache/scifact PGKB_DATABASE_URL=... python bench/ef_search.py \\
         --beir ../shared/datasets/scifact-train --limit 150
 """
@@ -70,7 +71,8 @@ def main() -> None:
             times.sort()
             p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
             print(
-                f"| {ef} | {statistics.mean(recalls):.3f} | {times[len(times) // 2]:.1f} | {p95:.1f} |"
+                f"| {ef} | {statistics.mean(recalls):.3f} "
+                f"| {times[len(times) // 2]:.1f} | {p95:.1f} |"
             )
 
 
