@@ -62,7 +62,10 @@ def test_title_prefix_without_headings_and_no_prefix_mode(tokenizer_only: LocalE
     section = Section((), "Short text.")
     [with_title] = Chunker(tokenizer_only, 64, 0).chunk("Leave Policy", [section])
     assert with_title.embed_text == "Leave Policy\n\nShort text."
-    assert with_title.heading_path == ""
+    # the stored path leads with the title too, so its words are searchable (weight A)
+    assert with_title.heading_path == "Leave Policy"
+    [titled] = Chunker(tokenizer_only, 64, 0).chunk("Leave", [Section(("Leave", "Rules"), "x")])
+    assert titled.heading_path == "Leave > Rules"  # a path that names the title keeps it once
     [bare] = Chunker(tokenizer_only, 64, 0, embed_heading_path=False).chunk("T", [section])
     assert bare.embed_text == bare.content == "Short text."
     assert bare.content_sha != with_title.content_sha
@@ -96,7 +99,7 @@ def test_overlap_repeats_text_between_neighbours(tokenizer_only: LocalEmbedder) 
 
 def test_sections_are_never_merged(tokenizer_only: LocalEmbedder) -> None:
     sections = [Section(("A",), "Alpha text."), Section(("A", "B"), "Beta text.")]
-    chunks = Chunker(tokenizer_only, 200, 0).chunk("Doc", sections)
+    chunks = Chunker(tokenizer_only, 200, 0).chunk("A", sections)
     assert [(c.heading_path, c.content) for c in chunks] == [
         ("A", "Alpha text."),
         ("A > B", "Beta text."),

@@ -12,6 +12,11 @@ off: the chunk alone). Prefix and chunk together stay within ``chunk_tokens``: t
 what the prefix leaves. ``content_sha`` is the sha256 of exactly the embedded text, so two
 chunks with the same ``content_sha`` have the same vector, and an unchanged chunk reuses its
 stored embedding.
+
+The stored heading path (``kb.chunks.heading_path``, which the keyword leg indexes at weight A)
+is the same context in full: the document title, unless the path already names it, then the
+section's headings. So a title's words are searchable even where the document has no headings
+(a BEIR abstract, a Markdown file without a first-level heading).
 """
 
 from __future__ import annotations
@@ -74,10 +79,13 @@ class Chunker:
             embed_heading_path=settings.embed_heading_path,
         )
 
+    FORMAT = 2
+    """Bumped when the stored form of chunks changes (2: the title leads the heading path)."""
+
     def fingerprint(self) -> str:
         """What, besides the source bytes, decides the chunks: a change re-chunks everything."""
         return (
-            f"extract={EXTRACTOR_VERSION};chunker=semchunk;tokens={self.chunk_tokens};overlap={self.chunk_overlap};"
+            f"extract={EXTRACTOR_VERSION};chunks={self.FORMAT};chunker=semchunk;tokens={self.chunk_tokens};overlap={self.chunk_overlap};"
             f"prefix={int(self.embed_heading_path)};model={self.embedder.name}"
         )
 
@@ -115,7 +123,10 @@ class Chunker:
             text = section.text.strip()
             if not text:
                 continue
-            heading = section.heading
+            path = section.heading_path
+            if title and title not in path:
+                path = (title, *path)
+            heading = " > ".join(path)
             prefix = self._prefix(title, section.heading_path)
             prefix_tokens = self._count(prefix) + 2 if prefix else 0  # "\n\n" may cost tokens
             size = max(MIN_BODY_TOKENS, self.chunk_tokens - prefix_tokens)
