@@ -79,10 +79,10 @@ class BulkIndex:
             return
         if self.planned < self.threshold:
             return
-        if self.existing is None:
+        if self.existing is None:  # stored before this load: now, minus what it wrote already
             row = self.conn.execute(queries.MODEL_EMBEDDING_COUNT, (self.model_id,)).fetchone()
             self.conn.commit()
-            self.existing = int(row[0]) if row else 0
+            self.existing = max((int(row[0]) if row else 0) - (self.planned - count), 0)
         if self.planned <= self.existing:
             return  # a small addition to a large index: inserting beats rebuilding everything
         try:
