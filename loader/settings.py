@@ -96,6 +96,10 @@ class Settings:
     """HNSW build-time candidate list (pgvector's default 64; at least 2 * hnsw_m)."""
     hnsw_ef_search: int | None = None
     """HNSW query-time candidate list; unset: max(200, 2 * candidates) per search."""
+    hnsw_bulk_threshold: int = 500
+    """A load writing at least this many embeddings of a model, and more than its index holds,
+    drops the model's HNSW index and builds it after the load (several times faster than
+    inserting row by row; bench/hnsw_bulk.py, README "HNSW parameters"); 0: always row by row."""
 
     # --- retrieval ----------------------------------------------------------------------------
     vector_candidates: int = 20
@@ -225,6 +229,11 @@ class Settings:
             )
         if self.hnsw_ef_search is not None and not 1 <= self.hnsw_ef_search <= 1000:
             problems.append(f"hnsw_ef_search must be between 1 and 1000, got {self.hnsw_ef_search}")
+        if self.hnsw_bulk_threshold < 0:
+            problems.append(
+                "hnsw_bulk_threshold must be 0 (always maintain the HNSW index row by row) or "
+                f"a positive number of embeddings, got {self.hnsw_bulk_threshold}"
+            )
         if self.max_file_mb <= 0:
             problems.append(f"max_file_mb must be positive, got {self.max_file_mb}")
         if self.max_text_mb <= 0:

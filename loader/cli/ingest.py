@@ -26,6 +26,11 @@ def summary_line(data: dict[str, Any]) -> str:
         f"{data['unchanged']} unchanged, {data['pruned']} pruned, {len(data['failed'])} failed; "
         f"{data['chunks_written']} chunks written, {data['embeddings_computed']} embeddings "
         f"computed, {data['embeddings_reused']} reused; {data['seconds'].get('total', 0):.1f} s"
+        + (
+            f" (HNSW index built after the bulk load: {data['seconds'].get('index', 0):.1f} s)"
+            if data.get("index_rebuilt")
+            else ""
+        )
     )
 
 

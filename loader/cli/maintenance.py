@@ -14,18 +14,37 @@ def _say(what: str) -> None:
 @click.command()
 @click.pass_obj
 def reindex(app: App) -> None:
-    """Rebuild every kb index with REINDEX INDEX CONCURRENTLY (also invalid ones).
+    """Rebuild every kb index with REINDEX INDEX CONCURRENTLY (also invalid ones), after
+    building the HNSW index of any model that lacks it (a bulk load killed before it could).
 
     Searches and ingestion keep running; run as the kb owner. Exit code 1 when an index could
-    not be rebuilt (it is named; the others are rebuilt)."""
+    not be (re)built (it is named; the others are rebuilt)."""
     from loader.db.connect import connect, database_url
+    from loader.ops.maintenance import build_missing
     from loader.ops.maintenance import reindex as run_reindex
 
-    conn = connect(database_url(app.settings()), autocommit=True, register=False)
+    settings = app.settings()
+    conn = connect(database_url(settings), autocommit=True, register=False)
     try:
+        built = build_missing(
+            conn,
+            (settings.hnsw_m, settings.hnsw_ef_construction),
+            lambda name: _say(f"building the missing HNSW index kb.{name}"),
+        )
         done = run_reindex(conn, lambda name: _say(f"reindexing kb.{name}"))
     finally:
         conn.close()
+    for b in built:
+        if b["skipped"]:
+            click.echo(f"kb.{b['index']} not built: {b['skipped']}", err=True)
+        elif b["built"]:
+            click.echo(f"built the missing HNSW index kb.{b['index']}")
+        else:
+            click.secho(
+                f"Error: the missing HNSW index kb.{b['index']} could not be built: {b['error']}",
+                fg="red",
+                err=True,
+            )
     failed = [d for d in done if d["error"]]
     for d in failed:
         click.secho(
@@ -35,8 +54,9 @@ def reindex(app: App) -> None:
             f"  hint: if it is an index you do not need, DROP INDEX CONCURRENTLY kb.{d['index']}",
             err=True,
         )
-    click.echo(f"rebuilt {len(done) - len(failed)} of {len(done)} index(es)")
-    if failed:
+    rebuilt = sum(1 for d in done if not d["error"])
+    click.echo(f"rebuilt {rebuilt} of {len(done)} index(es)")
+    if failed or any(b["error"] for b in built):
         click.get_current_context().exit(1)
 
 

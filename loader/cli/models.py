@@ -213,6 +213,7 @@ def reembed(
     click.echo(
         f"{report.model} ({report.dims} dims): {report.embedded} chunks embedded, "
         f"{report.remaining} missing"
+        + ("; its HNSW index was built after the bulk load" if report.index_rebuilt else "")
     )
     if report.remaining == 0:
         click.echo(

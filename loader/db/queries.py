@@ -252,6 +252,14 @@ ADVISORY_UNLOCK = "SELECT pg_advisory_unlock(%s)"
 
 STORED_SHAS = "SELECT source_uri, content_sha FROM kb.documents"
 ANALYZE_KB = "ANALYZE kb.documents, kb.chunks, kb.embeddings"
+
+# --- bulk loads: the model's HNSW index is dropped and built after (loader.ingest.bulk_index) --
+
+MODEL_EMBEDDING_COUNT = "SELECT count(*) FROM kb.embeddings WHERE model_id = %s"
+DROP_MODEL_INDEX = "SELECT kb.drop_model_index(%s)"
+"""model_id; returns jsonb {index, m, ef_construction}, or NULL when the model has no index."""
+BUILD_MODEL_INDEX = "SELECT kb.build_model_index(%s, %s, %s)"
+"""model_id, hnsw_m, hnsw_ef_construction (NULL = pgvector's defaults)."""
 SOURCE_URIS_LIKE = "SELECT source_uri FROM kb.documents WHERE source_uri LIKE %s"
 DELETE_DOCUMENTS = "DELETE FROM kb.documents WHERE source_uri = ANY(%s)"
 
@@ -646,6 +654,17 @@ INVALID_KB_INDEXES = """
 SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
  WHERE i.relnamespace = 'kb'::regnamespace AND NOT x.indisvalid ORDER BY 1
 """
+MODELS_WITHOUT_INDEX = """
+SELECT m.id, m.name, 'embeddings_hnsw_model_' || m.id AS index_name
+  FROM kb.embedding_models m
+ WHERE m.dims <= 2000
+   AND NOT EXISTS (SELECT 1 FROM pg_class i
+                    WHERE i.relname = 'embeddings_hnsw_model_' || m.id
+                      AND i.relnamespace = 'kb'::regnamespace)
+ ORDER BY m.id
+"""
+"""Models (up to 2,000 dims, the most pgvector indexes) whose partial HNSW index is missing: a
+bulk load dropped it and was killed before building it again (loader.ingest.bulk_index)."""
 KB_ROLES = "SELECT rolname FROM pg_roles WHERE rolname IN ('kb_reader', 'kb_writer')"
 # What the README's "Roles for services" promises, one (check, have, want) row per promise. The
 # function lists come from the grants written in sql_functions/ (loader.ops.doctor reads them):

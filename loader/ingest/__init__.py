@@ -14,6 +14,9 @@ The pipeline, per source:
 4. **Replace atomically.** One transaction per document: upsert the ``kb.documents`` row, delete
    its chunks, binary-``COPY`` the new chunks and their vectors. Readers see the old version or
    the new one, never a mix or nothing; a run killed at any moment leaves every document whole.
+   A run that writes at least ``hnsw_bulk_threshold`` vectors, more than the model's HNSW index
+   holds, drops that index first and builds it after the load, also when the load fails
+   (:mod:`~loader.ingest.bulk_index`).
 
 A run holds a session advisory lock (two runs never interleave; kill -9 releases it with the
 connection). Run-level problems (configuration, connection, model mismatch, an embeddings API that

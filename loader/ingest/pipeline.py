@@ -16,6 +16,7 @@ import psycopg
 
 from loader.errors import ConfigError, DatabaseError, PgkbError
 from loader.graph.links import resolve_links
+from loader.ingest.bulk_index import bulk_index
 from loader.ingest.chunking import Chunker
 from loader.ingest.extract import ExtractionError, Section, extract, mime_type
 from loader.ingest.report import IngestReport, ProgressCallback
@@ -90,33 +91,36 @@ def ingest_documents(
         model_id, chunker = _prepare_model(conn, embedder, settings)
         fingerprint = chunker.fingerprint()
         stored = stored_shas(conn)
-        writer = Writer(conn, embedder, model_id, settings.embedding_batch_size, report, progress)
-        for doc in documents:
-            report.files_seen += 1
-            doc_category = doc.category if doc.category is not None else category
-            sha = _document_sha(_memory_sha(doc), fingerprint, doc_category, doc.metadata)
-            previous = stored.get(doc.source_uri)
-            if previous == sha:
-                report.unchanged += 1
-                continue
-            with report.phase("chunk"):
-                sections = doc.sections if doc.sections else [Section((), doc.text)]
-                chunks = chunker.chunk(doc.title, sections)
-            if not chunks:
-                report.fail(doc.source_uri, "no text to index")
-                continue
-            writer.add(
-                Prepared(
-                    doc.source_uri,
-                    doc.title,
-                    sha,
-                    doc_category,
-                    dict(doc.metadata),
-                    chunks,
-                    previous is None,
-                )
+        with bulk_index(conn, model_id, settings, report=report) as bulk:
+            writer = Writer(
+                conn, embedder, model_id, settings.embedding_batch_size, report, progress, bulk
             )
-        writer.flush()
+            for doc in documents:
+                report.files_seen += 1
+                doc_category = doc.category if doc.category is not None else category
+                sha = _document_sha(_memory_sha(doc), fingerprint, doc_category, doc.metadata)
+                previous = stored.get(doc.source_uri)
+                if previous == sha:
+                    report.unchanged += 1
+                    continue
+                with report.phase("chunk"):
+                    sections = doc.sections if doc.sections else [Section((), doc.text)]
+                    chunks = chunker.chunk(doc.title, sections)
+                if not chunks:
+                    report.fail(doc.source_uri, "no text to index")
+                    continue
+                writer.add(
+                    Prepared(
+                        doc.source_uri,
+                        doc.title,
+                        sha,
+                        doc_category,
+                        dict(doc.metadata),
+                        chunks,
+                        previous is None,
+                    )
+                )
+            writer.flush()
         writer.finish_graph(settings)
         analyze(conn, report)
     report.seconds["total"] = time.perf_counter() - started
@@ -167,20 +171,25 @@ def ingest_paths(
         if progress:
             progress("scanned", {"files": [str(f) for f in scan.files]})
         stored = stored_shas(conn)
-        writer = Writer(conn, embedder, model_id, settings.embedding_batch_size, report, progress)
         try:
-            for path in scan.files:
-                source = names.uri(path)
-                prepared = _prepare_file(
-                    path, source, stored, fingerprint, chunker, category, meta, max_bytes,
-                    report, settings,
+            # a load of hnsw_bulk_threshold embeddings or more builds the HNSW index after it
+            with bulk_index(conn, model_id, settings, report=report) as bulk:
+                writer = Writer(
+                    conn, embedder, model_id, settings.embedding_batch_size, report, progress,
+                    bulk,
                 )  # fmt: skip
-                if progress:
-                    status = "unchanged" if prepared is None else "parsed"
-                    progress("file", {"source": source, "status": status})
-                if prepared is not None:
-                    writer.add(prepared)
-            writer.flush()
+                for path in scan.files:
+                    source = names.uri(path)
+                    prepared = _prepare_file(
+                        path, source, stored, fingerprint, chunker, category, meta, max_bytes,
+                        report, settings,
+                    )  # fmt: skip
+                    if progress:
+                        status = "unchanged" if prepared is None else "parsed"
+                        progress("file", {"source": source, "status": status})
+                    if prepared is not None:
+                        writer.add(prepared)
+                writer.flush()
             writer.finish_graph(settings)
         except PgkbError as exc:
             if isinstance(exc, ConfigError | DatabaseError):

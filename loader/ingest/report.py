@@ -32,6 +32,9 @@ class IngestReport:
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     graph: dict[str, int] = dataclasses.field(default_factory=dict)
     """What the document graph gained (links, edges by origin; see loader.graph.store)."""
+    index_rebuilt: bool = False
+    """The model's HNSW index was dropped before this (bulk) load and built after it
+    (``hnsw_bulk_threshold``; its build time is ``seconds["index"]``)."""
     aborted: str | None = None
     """Why the run stopped early (a run-level error), or None."""
 

@@ -18,6 +18,7 @@ from loader.db import queries
 from loader.errors import PgkbError
 from loader.graph.links import Link
 from loader.graph.store import GraphWriter
+from loader.ingest.bulk_index import BulkIndex
 from loader.ingest.chunking import Chunk
 from loader.ingest.report import IngestReport, ProgressCallback
 from loader.ingest.sources import Scan
@@ -81,8 +82,12 @@ class Writer:
         batch_size: int,
         report: IngestReport,
         progress: ProgressCallback | None,
+        bulk: BulkIndex | None = None,
     ) -> None:
         self.conn = conn
+        self.bulk = bulk
+        """Told how many embeddings each batch writes, before it writes them (it may drop the
+        model's HNSW index for a bulk load; see :mod:`loader.ingest.bulk_index`)."""
         self.embedder = embedder
         self.model_id = model_id
         self.batch_size = batch_size
@@ -149,6 +154,8 @@ class Writer:
                 )
             if self.progress:
                 self.progress("embedded", {"count": len(missing)})
+        if self.bulk is not None:
+            self.bulk.before_write(sum(len(p.chunks) for p in batch))
         with self.report.phase("write"):
             for prepared in batch:
                 try:

@@ -7,7 +7,8 @@ server          the database answers
 pgvector        the vector extension is installed, version >= 0.8 (iterative index scans)
 schema          the kb schema is at this pgkb's migration head
 functions       every kb function equals its file in sql_functions/ (the drift test's rule)
-indexes         no invalid index in kb (a failed CREATE/REINDEX CONCURRENTLY leaves one)
+indexes         no invalid index in kb (a failed CREATE/REINDEX CONCURRENTLY leaves one), and
+                every model has its HNSW index (a killed bulk load leaves it missing)
 embeddings      every chunk has a vector of the active model
 dims            stored vectors agree with their model's dims; pgkb is configured with the
                 active model (its queries are embedded in the active model's space)
@@ -55,7 +56,9 @@ EXPLAIN = {
     "functions": "each kb function must equal its file in sql_functions/; a hand edit or a "
     "half-applied migration makes searches behave differently from the code you read.",
     "indexes": "an invalid index is not used by queries but still slows every write; "
-    "a failed CREATE INDEX CONCURRENTLY or REINDEX CONCURRENTLY leaves one.",
+    "a failed CREATE INDEX CONCURRENTLY or REINDEX CONCURRENTLY leaves one. A model without its "
+    "HNSW index is searched exactly, by reading all its vectors: correct, but slow on a large "
+    "knowledge base.",
     "embeddings": "a chunk without a vector of the active model is invisible to vector search.",
     "dims": "vectors of another dimension cannot be compared; queries embedded by a model other "
     "than the active one are compared in the wrong space.",
@@ -230,16 +233,7 @@ def run_checks(settings: Settings) -> list[Check]:
             _rollback(conn)
             checks.append(_skip("functions", f"cannot compare (run doctor as the kb owner): {exc}"))
 
-        invalid = [r[0] for r in conn.execute(queries.INVALID_KB_INDEXES).fetchall()]
-        _rollback(conn)
-        checks.append(
-            _check(
-                "indexes",
-                not invalid,
-                ("invalid: " + ", ".join(invalid)) if invalid else "all valid",
-                "pgkb reindex (rebuilds them concurrently)",
-            )
-        )
+        checks.append(_indexes_check(conn))
 
         try:
             if not at_head:
@@ -340,6 +334,43 @@ def run_checks(settings: Settings) -> list[Check]:
     finally:
         conn.close()
     return checks
+
+
+def _indexes_check(conn: Any) -> Check:
+    """No invalid kb index, and every model (up to 2,000 dims) has its HNSW index, unless a load
+    holding the ingestion lock dropped it for a bulk load and builds it when it ends."""
+    from loader.ingest.writer import INGEST_LOCK_KEY
+
+    invalid = [r[0] for r in conn.execute(queries.INVALID_KB_INDEXES).fetchall()]
+    missing = conn.execute(queries.MODELS_WITHOUT_INDEX).fetchall()
+    holder = None
+    if missing:
+        holder = conn.execute(
+            queries.INGEST_LOCK_HOLDER_NAMED, (INGEST_LOCK_KEY >> 32, INGEST_LOCK_KEY & 0xFFFFFFFF)
+        ).fetchone()
+    _rollback(conn)
+    named = ", ".join(f"{index} (model {name})" for _, name, index in missing)
+    problems = []
+    if invalid:
+        problems.append("invalid: " + ", ".join(invalid))
+    if missing and holder is None:
+        problems.append(
+            "missing HNSW index: " + named + " (a bulk load was killed before building it "
+            "again; searches through the model are exact and slow)"
+        )
+    detail = "; ".join(problems) or "all valid"
+    if missing and holder is not None:
+        detail += (
+            f"; {named} dropped for a bulk load that {holder[1] or 'a pgkb run'} (backend pid "
+            f"{holder[0]}) is running: it builds the index again when it ends"
+        )
+    return _check(
+        "indexes",
+        not problems,
+        detail,
+        "pgkb reindex (rebuilds invalid indexes concurrently and builds a model's missing "
+        "HNSW index)",
+    )
 
 
 def _settings_check(settings: Settings) -> Check:

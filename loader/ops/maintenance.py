@@ -1,6 +1,7 @@
-"""Index care: ``REINDEX INDEX CONCURRENTLY`` of every kb index, ``VACUUM (ANALYZE)`` of every
-kb table. Both run outside a transaction (PostgreSQL requires it), on an autocommit connection,
-and neither blocks searches or writes for longer than a moment."""
+"""Index care: the HNSW index of a model that lacks it, ``REINDEX INDEX CONCURRENTLY`` of every
+kb index, ``VACUUM (ANALYZE)`` of every kb table. They run outside a transaction (PostgreSQL
+requires it for the last two), on an autocommit connection; only building a missing index blocks
+writes (not searches) while it runs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,46 @@ from collections.abc import Callable
 from typing import Any
 
 from loader.db import queries
+
+
+def build_missing(
+    conn: Any, hnsw: tuple[int, int] | None = None, progress: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    """Build the HNSW index of every model that lacks it (a bulk load killed before building it
+    again; see :mod:`loader.ingest.bulk_index`), with ``hnsw`` = (m, ef_construction), None =
+    pgvector's defaults; ``conn`` in autocommit.
+
+    Holds the ingestion lock meanwhile; while a load holds it (and will build the index itself
+    when it ends), nothing is built. One row per model without its index: ``index``,
+    ``built`` (bool), ``error`` (None, or why it was not built)."""
+    import psycopg
+
+    from loader.ingest.writer import INGEST_LOCK_KEY
+
+    missing = conn.execute(queries.MODELS_WITHOUT_INDEX).fetchall()
+    if not missing:
+        return []
+    locked = conn.execute(queries.TRY_ADVISORY_LOCK, (INGEST_LOCK_KEY,)).fetchone()
+    if not locked or not locked[0]:
+        return [
+            {"index": index, "built": False, "error": None, "skipped": "a load in progress "
+             "dropped it for a bulk load and builds it when it ends"}
+            for _, _, index in missing
+        ]  # fmt: skip
+    done: list[dict[str, Any]] = []
+    try:
+        for model_id, _, index in missing:
+            if progress:
+                progress(index)
+            error = None
+            try:
+                conn.execute(queries.BUILD_MODEL_INDEX, (model_id, *(hnsw or (None, None))))
+            except psycopg.Error as exc:
+                error = (exc.diag.message_primary if exc.diag else None) or str(exc)
+            done.append({"index": index, "built": error is None, "error": error, "skipped": None})
+    finally:
+        conn.execute(queries.ADVISORY_UNLOCK, (INGEST_LOCK_KEY,))
+    return done
 
 
 def reindex(conn: Any, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:

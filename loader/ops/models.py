@@ -189,6 +189,8 @@ class ReembedReport:
     embedded: int = 0
     remaining: int = 0
     batches: int = 0
+    index_rebuilt: bool = False
+    """The model's HNSW index was dropped before the load and built after it (a bulk load)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -217,10 +219,8 @@ def reembed(
     Each batch is committed on its own: an interruption loses at most the batch in flight, and
     the next run starts with what is still missing. Vectors whose length differs from the
     model's declared dims stop the run before anything of that batch is stored."""
-    from pgvector import Vector
-    from psycopg.rows import class_row
-
     from loader.db.session import connection
+    from loader.ingest.bulk_index import bulk_index
     from loader.ingest.chunking import Chunker
     from loader.ingest.writer import ingest_lock
     from loader.providers.embeddings import get_embedder
@@ -248,43 +248,58 @@ def reembed(
             )
             if progress:
                 progress("start", {"total": model.missing, "model": model.name})
-            after = 0
-            while True:
-                with conn.cursor(row_factory=class_row(queries.MissingChunk)) as cur:
-                    rows = cur.execute(
-                        queries.CHUNKS_MISSING_EMBEDDING, (model.id, size, after)
-                    ).fetchall()
-                conn.commit()
-                if not rows:
-                    break
-                texts = [embed_text(chunker, r.title, r.heading_path, r.content) for r in rows]
-                try:
-                    vectors = embedder.embed(texts)
-                except ModelMismatchError as exc:  # the API checked the dims for us
-                    raise _dims_error(model, _returned_dims(exc.message), report) from None
-                if len(vectors) != len(texts):
-                    raise PgkbError(
-                        f"the embedding model {model.name} returned {len(vectors)} vectors for "
-                        f"{len(texts)} texts; nothing of this batch was stored"
-                    )
-                for vector in vectors:
-                    if len(vector) != model.dims:
-                        raise _dims_error(model, str(len(vector)), report)
-                with conn.transaction(), conn.cursor() as cur:
-                    cur.executemany(
-                        queries.STORE_EMBEDDING,
-                        [
-                            (model.id, Vector(v), r.chunk_id)
-                            for r, v in zip(rows, vectors, strict=True)
-                        ],
-                    )
-                report.embedded += len(rows)
-                report.batches += 1
-                after = rows[-1].chunk_id
-                if progress:
-                    progress("batch", {"count": len(rows)})
+            with bulk_index(conn, model.id, settings, existing=model.embeddings) as bulk:
+                # decided before the first batch: the whole count is known
+                bulk.before_write(model.missing)
+                _reembed_batches(conn, model, embedder, chunker, size, report, progress)
+            report.index_rebuilt = bulk.rebuilt
         report.remaining = find_model(conn, model.name, model.dims).missing
     return report
+
+
+def _reembed_batches(
+    conn: Any,
+    model: Model,
+    embedder: Any,
+    chunker: Any,
+    size: int,
+    report: ReembedReport,
+    progress: ProgressCallback | None,
+) -> None:
+    """Embed and store, batch after batch (each committed), every chunk lacking a vector."""
+    from pgvector import Vector
+    from psycopg.rows import class_row
+
+    after = 0
+    while True:
+        with conn.cursor(row_factory=class_row(queries.MissingChunk)) as cur:
+            rows = cur.execute(queries.CHUNKS_MISSING_EMBEDDING, (model.id, size, after)).fetchall()
+        conn.commit()
+        if not rows:
+            break
+        texts = [embed_text(chunker, r.title, r.heading_path, r.content) for r in rows]
+        try:
+            vectors = embedder.embed(texts)
+        except ModelMismatchError as exc:  # the API checked the dims for us
+            raise _dims_error(model, _returned_dims(exc.message), report) from None
+        if len(vectors) != len(texts):
+            raise PgkbError(
+                f"the embedding model {model.name} returned {len(vectors)} vectors for "
+                f"{len(texts)} texts; nothing of this batch was stored"
+            )
+        for vector in vectors:
+            if len(vector) != model.dims:
+                raise _dims_error(model, str(len(vector)), report)
+        with conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                queries.STORE_EMBEDDING,
+                [(model.id, Vector(v), r.chunk_id) for r, v in zip(rows, vectors, strict=True)],
+            )
+        report.embedded += len(rows)
+        report.batches += 1
+        after = rows[-1].chunk_id
+        if progress:
+            progress("batch", {"count": len(rows)})
 
 
 def _returned_dims(message: str) -> str:
