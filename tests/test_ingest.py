@@ -484,7 +484,7 @@ def test_in_memory_documents(
         "fake-embed", fake_openai.dims, base_url=fake_openai.base_url, max_retries=0
     )
     docs = [
-        SourceDocument("doc-1", "Aspirin", "Aspirin inhibits platelet aggregation."),
+        SourceDocument("doc-1", "Aspirin", "It inhibits platelet aggregation."),
         SourceDocument(
             "doc-2",
             "Sleep",
@@ -500,10 +500,14 @@ def test_in_memory_documents(
         "JOIN kb.chunks c ON c.document_id = d.id ORDER BY 1"
     ).fetchall()
     conn.rollback()
+    # a document without headings is found by its title's words (the title leads its path)
     assert rows == [
-        ("doc-1", "scifact", {}, ""),
+        ("doc-1", "scifact", {}, "Aspirin"),
         ("doc-2", "scifact", {"year": 2020}, "Sleep > Effects"),
     ]
+    found = conn.execute("SELECT source_uri FROM kb.keyword_search('aspirin')").fetchall()
+    conn.rollback()
+    assert found == [("doc-1",)]
     again = ingest_documents(conn, docs, embedder, settings, category="scifact")
     assert (again.unchanged, again.new, again.changed) == (2, 0, 0)
     changed = [SourceDocument("doc-1", "Aspirin", "Aspirin reduces fever.")]
