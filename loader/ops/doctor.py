@@ -346,7 +346,7 @@ def _indexes_check(conn: Any) -> Check:
     holder = None
     if missing:
         holder = conn.execute(
-            queries.INGEST_LOCK_HOLDER_NAMED, (INGEST_LOCK_KEY >> 32, INGEST_LOCK_KEY & 0xFFFFFFFF)
+            queries.INGEST_LOCK_HOLDER, (INGEST_LOCK_KEY >> 32, INGEST_LOCK_KEY & 0xFFFFFFFF)
         ).fetchone()
     _rollback(conn)
     named = ", ".join(f"{index} (model {name})" for _, name, index in missing)
