@@ -16,6 +16,7 @@ from loader.answer.abstention import (
     common_words,
     compute_signals,
     decide,
+    edit_distance,
     is_common,
     is_quantity,
     load_rule,
@@ -107,6 +108,24 @@ def test_codes_inside_a_name_are_checked_alone(conn: psycopg.Connection[Any]) ->
     unknown = compute_signals(conn, "What does SQLSTATE 99Z99 mean for COPY?", [])
     assert unknown["unknown_name_list"] == ["99Z99"]
     assert compute_signals(conn, "Should COPY run at 2pm?", [])["unknown_names"] == 0
+
+
+def test_a_misspelt_corpus_word_is_not_an_unknown_name(conn: psycopg.Connection[Any]) -> None:
+    _load(conn)
+    # the corpus says "autovacuum" and "reclaims": one letter missing, two letters swapped
+    for question in ("What does the autovacum daemon do?", "Which storage does VACUUM recalim?"):
+        signals = compute_signals(conn, question, [])
+        assert signals["unknown_names"] == 0, (question, signals["unknown_name_list"])
+    # two typos away, or a word the corpus never comes near, is still unknown
+    assert compute_signals(conn, "What does the autovakum daemon do?", [])["unknown_names"] == 1
+    assert compute_signals(conn, "Does hstore do that?", [])["unknown_name_list"] == ["hstore"]
+
+
+def test_edit_distance_counts_one_swap_as_one_typo() -> None:
+    assert edit_distance("vacum", "vacuum") == 1
+    assert edit_distance("recalim", "reclaim") == 1
+    assert edit_distance("kitten", "sitting") == 3
+    assert edit_distance("", "abc") == 3 and edit_distance("same", "same") == 0
 
 
 def test_signals_see_unknown_names_and_coverage(conn: psycopg.Connection[Any]) -> None:

@@ -390,10 +390,44 @@ def unknown_names(conn: psycopg.Connection[Any], query_text: str) -> list[str]:
         missing.append(phrase)
     rare = list(dict.fromkeys(_rare_words(query_text)))
     if rare:
-        for word, absent in conn.execute(queries.WORD_LEXEMES, {"words": rare}).fetchall():
-            if absent:
+        rows = conn.execute(queries.WORD_LEXEMES, {"words": rare}).fetchall()
+        for word, absent, lexemes in rows:
+            if absent and not any(_misspelt_corpus_word(conn, lexeme) for lexeme in lexemes):
                 missing.append(str(word))
     return missing
+
+
+MIN_TYPO_LENGTH = 5
+"""Words (stems) shorter than this are never taken for a misspelling: too many neighbours."""
+
+
+def _misspelt_corpus_word(conn: psycopg.Connection[Any], lexeme: str) -> bool:
+    """Is ``lexeme`` one typo (a letter wrong, missing, extra, or two swapped) away from a corpus
+    lexeme with the same first two letters? "vacum", "assosciated", "transgultaminase" are the
+    words the corpus has, misspelt, not things it never mentions; "hstore" is not "store"."""
+    if len(lexeme) < MIN_TYPO_LENGTH or not lexeme[:2].isalpha():
+        return False
+    near = conn.execute(
+        queries.NEAR_LEXEMES,
+        {"prefix": lexeme[:2] + "%", "shortest": len(lexeme) - 1, "longest": len(lexeme) + 1},
+    ).fetchall()
+    return any(edit_distance(lexeme, str(row[0])) <= 1 for row in near)
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and swaps of two
+    adjacent letters each cost 1."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        current = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        previous2, previous = previous, current
+    return previous[len(b)]
 
 
 def compute_signals(

@@ -144,11 +144,20 @@ SELECT numnode(phraseto_tsquery('english', %(phrase)s)) = 0
 
 WORD_LEXEMES = """
 SELECT w.word,
-       coalesce(bool_and(t.df IS NULL), false) AND count(l.lexeme) > 0 AS absent
+       coalesce(bool_and(t.df IS NULL), false) AND count(l.lexeme) > 0 AS absent,
+       array_remove(array_agg(l.lexeme), NULL) AS lexemes
   FROM unnest(%(words)s::text[]) AS w(word)
   LEFT JOIN LATERAL unnest(to_tsvector('english', w.word)) AS l ON true
   LEFT JOIN kb.term_stats t ON t.lexeme = l.lexeme AND t.df > 0
  GROUP BY w.word
+"""
+
+# Corpus lexemes that could be the word a misspelled one meant: the same first two letters and
+# a length within one (the edit distance itself is computed by the caller on this short list).
+NEAR_LEXEMES = """
+SELECT t.lexeme FROM kb.term_stats t
+ WHERE t.df > 0 AND t.lexeme LIKE %(prefix)s
+   AND length(t.lexeme) BETWEEN %(shortest)s AND %(longest)s
 """
 
 CHUNK_LEXEMES = """
