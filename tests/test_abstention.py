@@ -85,7 +85,9 @@ def test_name_like_words() -> None:
 def test_numbers_times_dates_and_quantities_are_not_names() -> None:
     for word in ("2pm", "14:30", "3rd", "1990s", "64kB", "10GB", "5ms", "2024-05-01", "v15"):
         assert is_quantity(word), word
-    for word in ("40P01", "pg_dump", "MySQL", "x86"):
+    for word in ("100MB/s", "40mg/day", "5mmol/L", "64-bit", "3-dimensional", "2-phase"):
+        assert is_quantity(word), word
+    for word in ("40P01", "pg_dump", "MySQL", "x86", "DENV-1", "scm3-139", "64-Bit", "5/8"):
         assert not is_quantity(word), word
     assert _name_like_words("Can autovacuum run at 2pm on 2024-05-01 with 64MB?") == []
 
@@ -116,6 +118,10 @@ def test_a_misspelt_corpus_word_is_not_an_unknown_name(conn: psycopg.Connection[
     for question in ("What does the autovacum daemon do?", "Which storage does VACUUM recalim?"):
         signals = compute_signals(conn, question, [])
         assert signals["unknown_names"] == 0, (question, signals["unknown_name_list"])
+    # a plural or possessive of a name the corpus has is that name
+    assert compute_signals(conn, "How many SQLSTATEs are listed?", [])["unknown_names"] == 0
+    assert compute_signals(conn, "Is COPY's CSV format strict?", [])["unknown_names"] == 0
+    assert compute_signals(conn, "Do SQLTRACEs help?", [])["unknown_name_list"] == ["SQLTRACEs"]
     # two typos away, or a word the corpus never comes near, is still unknown
     assert compute_signals(conn, "What does the autovakum daemon do?", [])["unknown_names"] == 1
     assert compute_signals(conn, "Does hstore do that?", [])["unknown_name_list"] == ["hstore"]

@@ -201,19 +201,25 @@ _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.$+/-]*[A-Za-z0-9+]|[A-Za-z0-9]")
 
 
 # Numbers, times, dates and quantities are not names, whatever their letters: 2pm, 14:30, 3rd,
-# 1990s, 64kB, 10GB, 5ms, 2x, 400mg, 2024-05-01, v15.
-_QUANTITY = re.compile(
-    r"v?\d+(?:[.,:]\d+)*"
+# 1990s, 64kB, 10GB, 5ms, 2x, 400mg, 2024-05-01, v15, rates (100MB/s, 40mg/day, 5mmol/L), and a
+# number joined to a plain lower-case word (64-bit, 3-dimensional, 2-phase).
+_UNIT = (
     r"(?:am|pm|st|nd|rd|th|s|ms|us|min|mins|h|hr|hrs|d|k|kb|mb|gb|tb|pb|x|%"
-    r"|mg|g|kg|ug|ml|l|mm|cm|m|km|nm|hz|khz|mhz|ghz|mol|mmol)?"
+    r"|mg|g|kg|ug|ml|l|mm|cm|m|km|nm|hz|khz|mhz|ghz|mol|mmol)"
+)
+_PER_UNIT = r"(?:s|sec|min|h|hr|hour|d|day|wk|week|month|yr|year|l|ml|dl|kg|g|m|km|m2)"
+_QUANTITY = re.compile(
+    rf"v?\d+(?:[.,:]\d+)*{_UNIT}?(?:/{_PER_UNIT})?"
     r"|\d{4}-\d{2}(?:-\d{2})?",
     re.IGNORECASE,
 )
+_NUMBERED_WORD = re.compile(r"\d+(?:\.\d+)?-[a-z]{2,}(?:-[a-z]{2,})*")
 
 
 def is_quantity(word: str) -> bool:
-    """Is ``word`` a number, time, date or quantity (2pm, 14:30, 64kB, 2024-05-01)?"""
-    return _QUANTITY.fullmatch(word) is not None
+    """Is ``word`` a number, time, date or quantity (2pm, 14:30, 64kB, 2024-05-01, 40mg/day,
+    64-bit)?"""
+    return _QUANTITY.fullmatch(word) is not None or _NUMBERED_WORD.fullmatch(word) is not None
 
 
 def _is_identifier(word: str) -> bool:
@@ -381,6 +387,11 @@ def unknown_names(conn: psycopg.Connection[Any], query_text: str) -> list[str]:
             phrases.append(run)
     for phrase in dict.fromkeys(phrases):
         if _name_found(conn, phrase):
+            continue
+        # a plural or possessive of a name the corpus has (UUIDs, CTEs, Alzheimer's)
+        singular = re.sub(r"(?:['\u2019]s|s['\u2019]?)$", "", phrase)
+        plural = " " not in phrase and len(singular) >= 2 and singular != phrase
+        if plural and _name_found(conn, singular):
             continue
         # a compound whose parts all occur (RANK-RANKL, SHP-2, TCP/IP) is known under another
         # spelling; the parts are checked when the whole is not found
