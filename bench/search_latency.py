@@ -29,7 +29,7 @@ CALLS = {
     "keyword (bm25)": "SELECT * FROM kb.keyword_search(%(q)s, 20)",
     "keyword (ts_rank)": "SELECT * FROM kb.keyword_search(%(q)s, 20, keyword_ranking => 'ts_rank')",
     "vector": "SELECT * FROM kb.vector_search(%(v)s, 20)",
-    "hybrid (20+20, k=60)": "SELECT * FROM kb.hybrid_search(%(q)s, %(v)s)",
+    "hybrid (defaults)": "SELECT * FROM kb.hybrid_search(%(q)s, %(v)s)",
 }
 
 

@@ -98,28 +98,28 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH v AS (
-        SELECT vs.chunk_id, vs.rank, vs.similarity
+        SELECT vs.chunk_id, vs.document_id, vs.rank, vs.similarity
           FROM kb.vector_search(query_embedding, vector_candidates, filters, document_ids,
                                 min_similarity, model, ef_search) AS vs
     ),
     k AS (
-        SELECT ks.chunk_id, ks.rank, ks.score
+        SELECT ks.chunk_id, ks.document_id, ks.rank, ks.score
           FROM kb.keyword_search(query_text, keyword_candidates, filters, document_ids,
                                  keyword_ranking) AS ks
     ),
     fused AS (
         SELECT coalesce(v.chunk_id, k.chunk_id) AS id,
+               coalesce(v.document_id, k.document_id) AS doc,
                coalesce(vector_weight / (rrf_k::double precision + v.rank), 0)
                  + coalesce(keyword_weight / (rrf_k::double precision + k.rank), 0) AS score,
                v.rank AS v_rank, v.similarity AS v_sim, k.rank AS k_rank, k.score AS k_score
           FROM v FULL JOIN k ON k.chunk_id = v.chunk_id
     ),
     placed AS (
-        SELECT fu.*, c.document_id AS doc,
-               row_number() OVER (PARTITION BY c.document_id
+        SELECT fu.*,
+               row_number() OVER (PARTITION BY fu.doc
                                   ORDER BY fu.score DESC, least(fu.v_rank, fu.k_rank), fu.id) AS nth
           FROM fused fu
-          JOIN kb.chunks c ON c.id = fu.id
     ),
     top AS (
         SELECT p.id, p.score, p.v_rank, p.v_sim, p.k_rank, p.k_score
