@@ -51,6 +51,12 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def titled_path(title: str, path: tuple[str, ...]) -> tuple[str, ...]:
+    """``path`` led by the document title unless it already names it (a PDF's "Page 3", a
+    Markdown file without a first-level heading, a BEIR abstract)."""
+    return (title, *path) if title and title not in path else path
+
+
 class Chunker:
     """Splits a document's sections into :class:`Chunk` s sized for ``embedder``."""
 
@@ -89,12 +95,17 @@ class Chunker:
             f"prefix={int(self.embed_heading_path)};model={self.embedder.name}"
         )
 
-    def _prefix(self, title: str, path: tuple[str, ...]) -> str:
+    def embed_text(self, title: str, path: tuple[str, ...], content: str) -> str:
+        """The text the model reads for ``content`` under ``path`` of a document titled
+        ``title``: the prefix :meth:`chunk` gives it, then the content."""
+        prefix = self._prefix(titled_path(title, path))
+        return f"{prefix}\n\n{content}" if prefix else content
+
+    def _prefix(self, path: tuple[str, ...]) -> str:
+        """What the model reads before a chunk: ``path`` (title first), shortened to fit."""
         if not self.embed_heading_path:
             return ""
         parts = list(path)
-        if title and title not in parts:  # e.g. a PDF's "Page 3", a Markdown file without H1
-            parts.insert(0, title)
         budget = max(0, self.chunk_tokens - MIN_BODY_TOKENS)
         while len(parts) > 1 and self._count(" > ".join(parts)) + 2 > budget:
             parts.pop(0)  # keep the innermost headings
@@ -123,11 +134,9 @@ class Chunker:
             text = section.text.strip()
             if not text:
                 continue
-            path = section.heading_path
-            if title and title not in path:
-                path = (title, *path)
+            path = titled_path(title, section.heading_path)
             heading = " > ".join(path)
-            prefix = self._prefix(title, section.heading_path)
+            prefix = self._prefix(path)
             prefix_tokens = self._count(prefix) + 2 if prefix else 0  # "\n\n" may cost tokens
             size = max(MIN_BODY_TOKENS, self.chunk_tokens - prefix_tokens)
             for piece in self.split(text, size):

@@ -237,7 +237,7 @@ def _as_vector(value: Any) -> Any:
 # --- locking and the model ----------------------------------------------------------------------
 
 
-def _lock_holder(conn: psycopg.Connection[Any]) -> tuple[int | None, str]:
+def lock_holder(conn: psycopg.Connection[Any]) -> tuple[int | None, str]:
     """The backend pid holding the ingestion lock and its ``application_name`` (the ``what`` of
     :func:`ingest_lock`; empty for a session that set none), as ``pg_stat_activity`` shows them
     (no pid: released in between)."""
@@ -274,7 +274,7 @@ def ingest_lock(
     row = conn.execute(queries.TRY_ADVISORY_LOCK, (INGEST_LOCK_KEY,)).fetchone()
     conn.commit()
     if not row or not row[0]:
-        pid, name = _lock_holder(conn)
+        pid, name = lock_holder(conn)
         conn.rollback()
         holder = name or "another pgkb run"
         if pid is not None:

@@ -339,30 +339,26 @@ def run_checks(settings: Settings) -> list[Check]:
 def _indexes_check(conn: Any) -> Check:
     """No invalid kb index, and every model (up to 2,000 dims) has its HNSW index, unless a load
     holding the ingestion lock dropped it for a bulk load and builds it when it ends."""
-    from loader.ingest.writer import INGEST_LOCK_KEY
+    from loader.ingest.writer import lock_holder
 
     invalid = [r[0] for r in conn.execute(queries.INVALID_KB_INDEXES).fetchall()]
     missing = conn.execute(queries.MODELS_WITHOUT_INDEX).fetchall()
-    holder = None
-    if missing:
-        holder = conn.execute(
-            queries.INGEST_LOCK_HOLDER, (INGEST_LOCK_KEY >> 32, INGEST_LOCK_KEY & 0xFFFFFFFF)
-        ).fetchone()
+    pid, holder = lock_holder(conn) if missing else (None, "")
     _rollback(conn)
     named = ", ".join(f"{index} (model {name})" for _, name, index in missing)
     problems = []
     if invalid:
         problems.append("invalid: " + ", ".join(invalid))
-    if missing and holder is None:
+    if missing and pid is None:
         problems.append(
             "missing HNSW index: " + named + " (a bulk load was killed before building it "
             "again; searches through the model are exact and slow)"
         )
     detail = "; ".join(problems) or "all valid"
-    if missing and holder is not None:
+    if missing and pid is not None:
         detail += (
-            f"; {named} dropped for a bulk load that {holder[1] or 'a pgkb run'} (backend pid "
-            f"{holder[0]}) is running: it builds the index again when it ends"
+            f"; {named} dropped for a bulk load that {holder or 'a pgkb run'} (backend pid "
+            f"{pid}) is running: it builds the index again when it ends"
         )
     return _check(
         "indexes",

@@ -200,8 +200,7 @@ def embed_text(chunker: Any, title: str, heading_path: str, content: str) -> str
     """The text the model reads for a stored chunk: the prefix ingestion gives it (title and
     heading path, shortened to the chunk budget) + the content."""
     path = tuple(heading_path.split(" > ")) if heading_path else ()
-    prefix = chunker._prefix(title, path)
-    return f"{prefix}\n\n{content}" if prefix else content
+    return str(chunker.embed_text(title, path, content))
 
 
 def reembed(
