@@ -16,11 +16,13 @@ from loader.answer.abstention import (
     common_words,
     compute_signals,
     decide,
+    defined_abbreviations,
     edit_distance,
     is_common,
     is_quantity,
     load_rule,
     save_rule,
+    spelt_like_english,
 )
 from loader.errors import ConfigError
 from loader.settings import Settings
@@ -125,6 +127,59 @@ def test_a_misspelt_corpus_word_is_not_an_unknown_name(conn: psycopg.Connection[
     # two typos away, or a word the corpus never comes near, is still unknown
     assert compute_signals(conn, "What does the autovakum daemon do?", [])["unknown_names"] == 1
     assert compute_signals(conn, "Does hstore do that?", [])["unknown_name_list"] == ["hstore"]
+
+
+def test_plain_words_spelt_like_english_are_not_names() -> None:
+    if not common_words():
+        pytest.skip("the local model's vocabulary is not installed")
+    # words of some field that the vocabulary lacks: ordinary words, not names
+    for word in ("adventitia", "hindrance", "unassociated", "perigenital", "stargazers"):
+        assert spelt_like_english(word), word
+    # coined names: a letter trigram no English word has
+    for word in ("pgvector", "etcd", "hstore", "mongodb", "kafka", "pgbouncer"):
+        assert not spelt_like_english(word), word
+
+
+def test_abbreviations_the_question_defines() -> None:
+    assert defined_abbreviations("Weighed food records (WFR) are cheap.") == {"WFR"}
+    assert defined_abbreviations("Does dengue virus (DENV-1) spread?") == {"DENV-1"}
+    assert defined_abbreviations("Is vitamin B6 (VB6) enough?") == {"VB6"}
+    assert defined_abbreviations("the Write-Ahead Log (WAL)") == {"WAL"}
+    # letters the words before do not give, or no parentheses: not a definition
+    assert defined_abbreviations("How do I use PostGIS (ST_DWithin)?") == set()
+    assert defined_abbreviations("Forkhead 0 (fox0) factors") == set()
+    assert defined_abbreviations("Does merge_action() exist?") == set()
+
+
+def test_names_written_another_way_are_known(conn: psycopg.Connection[Any]) -> None:
+    _load(conn)
+    doc = conn.execute(
+        "INSERT INTO kb.documents (source_uri, title, content_sha)"
+        " VALUES ('cells.html', 'Cells', 'x') RETURNING id"
+    ).fetchone()
+    assert doc is not None
+    conn.execute(
+        "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha,"
+        " token_count) VALUES (%s, 0, 'Cells', %s, 'x', 10)",
+        (doc[0], "Later, iPSC-derived neurons and TRAP osteoclasts carry the PPAR\u03b3 and RecQ genes."),
+    )
+    conn.commit()
+    for question in (
+        "Do iPSCderived neurons need VACUUM?",  # separators aside
+        "Do TRAP+ osteoclasts regulate COPY?",  # a marker sign
+        "Is RecQ-class helicase in COPY?",  # a hyphenated common word
+        "Does PPAR\u03b3 bind?",  # a Greek letter inside the name
+        "Do weighed food records (WFR) help?",  # defined by the question
+    ):
+        signals = compute_signals(conn, question, [])
+        assert signals["unknown_names"] == 0, (question, signals["unknown_name_list"])
+    for question, name in (
+        ("Is RecQ1-class helicase in COPY?", "RecQ1"),
+        ("Does PPAR\u03b4 bind?", "PPAR\u03b4"),
+        ("Do iPSCmade neurons need VACUUM?", "iPSCmade"),
+        ("Can COPY read a LATERAL join?", "LATERAL"),  # not the stem of "later"
+    ):
+        assert compute_signals(conn, question, [])["unknown_name_list"] == [name], question
 
 
 def test_edit_distance_counts_one_swap_as_one_typo() -> None:

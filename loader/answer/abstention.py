@@ -197,7 +197,9 @@ class AbstentionDecision:
 
 # --- signals ------------------------------------------------------------------------------
 
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.$+/-]*[A-Za-z0-9+]|[A-Za-z0-9]")
+_WORD = re.compile(r"[^\W_][\w.$+/-]*(?:[^\W_]|\+)|[^\W_]")
+"""A word: letters of any script (Greek ones in gene names too) and digits, with _ . $ + / -
+inside."""
 
 
 # Numbers, times, dates and quantities are not names, whatever their letters: 2pm, 14:30, 3rd,
@@ -258,7 +260,7 @@ def _words(query_text: str) -> list[_Word]:
             sentence_start = raw.endswith((".", "?", "!", ":"))
             previous_clean = False
             continue
-        word = found.group(0)
+        word = _name_part(found.group(0))
         inner = word[1:]
         named = (
             any(ch.isdigit() for ch in word)
@@ -276,6 +278,19 @@ def _words(query_text: str) -> list[_Word]:
         previous_clean = found.end() == len(raw)
         sentence_start = raw.endswith((".", "?", "!", ":"))
     return out
+
+
+def _name_part(word: str) -> str:
+    """``word`` without what only qualifies the name in it: a trailing + or - (TRAP+ cells,
+    CD8+) and the common lower-case words of a hyphenated compound (RecQ-class,
+    Africa-trained, iPSC-derived: RecQ, Africa, iPSC)."""
+    word = word.rstrip("+") or word
+    if "-" not in word:
+        return word
+    parts = word.split("-")
+    vocabulary = common_words()
+    kept = [p for p in parts if not (p.isalpha() and p.islower() and is_common(p, vocabulary))]
+    return "-".join(kept) if kept and any(ch.isalpha() for ch in "".join(kept)) else word
 
 
 def _name_like_words(query_text: str) -> list[str]:
@@ -334,8 +349,46 @@ def is_common(word: str, vocabulary: frozenset[str]) -> bool:
     return any(word[:i] in vocabulary and word[i:] in vocabulary for i in range(3, len(word) - 2))
 
 
+MIN_TRIGRAM_WORDS = 3
+"""A letter trigram found in fewer common English words than this is not English spelling."""
+
+
+@functools.lru_cache(maxsize=1)
+def _english_trigrams() -> dict[str, int]:
+    """How many common English words (:func:`common_words`) hold each letter trigram, with ``^``
+    and ``$`` marking the word's start and end ("^ad", "ia$")."""
+    counts: dict[str, int] = {}
+    for word in common_words():
+        padded = f"^{word}$"
+        for trigram in {padded[i : i + 3] for i in range(len(padded) - 2)}:
+            counts[trigram] = counts.get(trigram, 0) + 1
+    return counts
+
+
+def spelt_like_english(word: str) -> bool:
+    """Does ``word`` (letters only) read like an English word, common or not?
+
+    Every letter trigram of it, start and end included, occurs in at least
+    :data:`MIN_TRIGRAM_WORDS` common English words. Words the vocabulary lacks but English
+    spelling makes (adventitia, hindrance, unassociated, perigenital) pass; coined software names
+    (pgvector, etcd, hstore, mongodb, kafka) have a trigram no English word has (``^pg``, ``cd$``,
+    ``^hs``, ``db$``, ``fka``) and do not.
+    """
+    counts = _english_trigrams()
+    padded = f"^{word.lower()}$"
+    return all(
+        counts.get(padded[i : i + 3], 0) >= MIN_TRIGRAM_WORDS for i in range(len(padded) - 2)
+    )
+
+
 def _rare_words(query_text: str) -> list[str]:
-    """Plain (not name-like) words of the question that are not common English words."""
+    """Plain (not name-like) words of the question that are neither common English words nor
+    spelt like English: coined names written in lower case (hstore, pgvector).
+
+    A plain word spelt like English but missing from the vocabulary (adventitia, hindrance) is
+    an ordinary word of some field, not a name: a question may use it whether or not the corpus
+    does.
+    """
     vocabulary = common_words()
     if not vocabulary:
         return []
@@ -344,14 +397,56 @@ def _rare_words(query_text: str) -> list[str]:
         if word.named:
             continue
         parts = [p for p in re.split(r"[-+/.$]", word.text.lower()) if p]
-        if any(len(p) >= 3 and p.isalpha() and not is_common(p, vocabulary) for p in parts):
+        if any(
+            len(p) >= 3
+            and p.isalpha()
+            and not is_common(p, vocabulary)
+            and not spelt_like_english(p)
+            for p in parts
+        ):
             rare.append(word.text)
     return rare
 
 
+def defined_abbreviations(query_text: str) -> set[str]:
+    """Abbreviations the question defines itself: "weighed food records (WFR)", "dengue virus
+    (DENV-1)", "vitamin B6 (VB6)".
+
+    A parenthesised word is defined when its letters can be found, right to left, in the few
+    words before it, its first letter starting a word (Schwartz and Hearst's rule, 2003). Such
+    a word names what the words before it say; it is not a name the corpus must contain.
+    """
+    defined: set[str] = set()
+    for match in re.finditer(r"\(\s*([^()\s]{2,15})\s*\)", query_text):
+        short = match.group(1).strip(".,;:")
+        chars = [ch.lower() for ch in short if ch.isalpha()]
+        if len(chars) < 2:
+            continue
+        before = re.findall(r"\S+", query_text[: match.start()])
+        window = " ".join(before[-min(len(chars) + 5, 2 * len(chars)) :]).lower()
+        if _long_form_matches(chars, window):
+            defined.add(short)
+    return defined
+
+
+def _long_form_matches(chars: list[str], long_form: str) -> bool:
+    position = len(long_form) - 1
+    for index in range(len(chars) - 1, -1, -1):
+        char = chars[index]
+        while position >= 0 and (
+            long_form[position] != char
+            or (index == 0 and position > 0 and long_form[position - 1].isalnum())
+        ):
+            position -= 1
+        if position < 0:
+            return False
+        position -= 1
+    return True
+
+
 def _surface_regex(phrase: str) -> str:
     """A PostgreSQL regex matching ``phrase`` as whole words, any case, any spacing."""
-    words = [re.sub(r"([^A-Za-z0-9_ ])", r"\\\1", w) for w in phrase.split()]
+    words = [re.sub(r"([^\w ])", r"\\\1", w) for w in phrase.split()]
     return r"(?<![[:alnum:]_])" + r"\s+".join(words) + r"(?![[:alnum:]_])"
 
 
@@ -359,6 +454,20 @@ def _name_found(conn: psycopg.Connection[Any], phrase: str) -> bool:
     row = conn.execute(
         queries.NAME_FOUND, {"phrase": phrase, "regex": _surface_regex(phrase)}
     ).fetchone()
+    return bool(row is not None and row[0])
+
+
+MIN_SQUASHED_LENGTH = 5
+"""Names shorter than this (letters and digits) are not compared with separators removed."""
+
+
+def _squashed_found(conn: psycopg.Connection[Any], name: str) -> bool:
+    """Does a corpus lexeme spell ``name``'s letters and digits, separators aside (the corpus
+    writes iPSC-derived for iPSCderived, miR-7a for miR7a)?"""
+    squashed = re.sub(r"[\W_]", "", name).lower()
+    if len(squashed) < MIN_SQUASHED_LENGTH:
+        return False
+    row = conn.execute(queries.SQUASHED_LEXEME_FOUND, {"squashed": squashed}).fetchone()
     return bool(row is not None and row[0])
 
 
@@ -385,8 +494,9 @@ def unknown_names(conn: psycopg.Connection[Any], query_text: str) -> list[str]:
             phrases.extend([" ".join(rest)] if rest else [])
         else:
             phrases.append(run)
+    defined = defined_abbreviations(query_text)
     for phrase in dict.fromkeys(phrases):
-        if _name_found(conn, phrase):
+        if phrase in defined or _name_found(conn, phrase):
             continue
         # a plural or possessive of a name the corpus has (UUIDs, CTEs, Alzheimer's)
         singular = re.sub(r"(?:['\u2019]s|s['\u2019]?)$", "", phrase)
@@ -397,6 +507,9 @@ def unknown_names(conn: psycopg.Connection[Any], query_text: str) -> list[str]:
         # spelling; the parts are checked when the whole is not found
         parts = [p for p in re.split(r"[-/.]", phrase) if any(ch.isalpha() for ch in p)]
         if " " not in phrase and len(parts) > 1 and all(_name_found(conn, p) for p in parts):
+            continue
+        # the same letters and digits joined differently: iPSCderived, miR7a, pgdump
+        if " " not in phrase and _squashed_found(conn, phrase):
             continue
         missing.append(phrase)
     rare = list(dict.fromkeys(_rare_words(query_text)))
