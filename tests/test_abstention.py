@@ -161,7 +161,7 @@ def test_names_written_another_way_are_known(conn: psycopg.Connection[Any]) -> N
     conn.execute(
         "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha,"
         " token_count) VALUES (%s, 0, 'Cells', %s, 'x', 10)",
-        (doc[0], "Later, iPSC-derived neurons and TRAP osteoclasts carry the PPAR\u03b3 and RecQ genes."),
+        (doc[0], "Later, iPSC-derived neurons and TRAP osteoclasts carry PPAR\u03b3 and RecQ."),
     )
     conn.commit()
     for question in (

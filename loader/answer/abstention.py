@@ -467,7 +467,11 @@ def _squashed_found(conn: psycopg.Connection[Any], name: str) -> bool:
     squashed = re.sub(r"[\W_]", "", name).lower()
     if len(squashed) < MIN_SQUASHED_LENGTH:
         return False
-    row = conn.execute(queries.SQUASHED_LEXEME_FOUND, {"squashed": squashed}).fetchone()
+    first = squashed[0]
+    row = conn.execute(
+        queries.SQUASHED_LEXEME_FOUND,
+        {"squashed": squashed, "first": first, "after": chr(ord(first) + 1)},
+    ).fetchone()
     return bool(row is not None and row[0])
 
 

@@ -163,11 +163,12 @@ SELECT t.lexeme FROM kb.term_stats t
 # Is there a corpus lexeme with separators in it that spells a name's letters and digits? The
 # name is compared as written and stemmed (iPSCderived: the corpus lexeme is 'ipsc-deriv');
 # lexemes without separators are left out, so a stem never stands for a name (LATERAL is not
-# 'later').
+# 'later'). The range on the first letter keeps the scan to one slice of the lexeme index.
 SQUASHED_LEXEME_FOUND = """
 SELECT EXISTS (
     SELECT 1 FROM kb.term_stats t
-     WHERE t.lexeme ~ '[^[:alnum:]]'
+     WHERE t.lexeme >= %(first)s AND t.lexeme < %(after)s
+       AND t.lexeme ~ '[^[:alnum:]]'
        AND regexp_replace(t.lexeme, '[^[:alnum:]]', '', 'g')
            IN (%(squashed)s, coalesce((ts_lexize('english_stem', %(squashed)s))[1], %(squashed)s)))
 """
