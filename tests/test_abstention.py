@@ -141,14 +141,16 @@ def test_plain_words_spelt_like_english_are_not_names() -> None:
 
 
 def test_abbreviations_the_question_defines() -> None:
-    assert defined_abbreviations("Weighed food records (WFR) are cheap.") == {"WFR"}
-    assert defined_abbreviations("Does dengue virus (DENV-1) spread?") == {"DENV-1"}
-    assert defined_abbreviations("Is vitamin B6 (VB6) enough?") == {"VB6"}
-    assert defined_abbreviations("the Write-Ahead Log (WAL)") == {"WAL"}
+    assert defined_abbreviations("Weighed food records (WFR) are cheap.") == {
+        "WFR": "Weighed food records"
+    }
+    assert defined_abbreviations("Does dengue virus (DENV-1) spread?") == {"DENV-1": "dengue virus"}
+    assert defined_abbreviations("Is vitamin B6 (VB6) enough?") == {"VB6": "vitamin B6"}
+    assert defined_abbreviations("Is the Write-Ahead Log (WAL) safe?") == {"WAL": "Write-Ahead Log"}
     # letters the words before do not give, or no parentheses: not a definition
-    assert defined_abbreviations("How do I use PostGIS (ST_DWithin)?") == set()
-    assert defined_abbreviations("Forkhead 0 (fox0) factors") == set()
-    assert defined_abbreviations("Does merge_action() exist?") == set()
+    assert defined_abbreviations("How do I use PostGIS (ST_DWithin)?") == {}
+    assert defined_abbreviations("Forkhead 0 (fox0) factors") == {}
+    assert defined_abbreviations("Does merge_action() exist?") == {}
 
 
 def test_names_written_another_way_are_known(conn: psycopg.Connection[Any]) -> None:
@@ -170,6 +172,7 @@ def test_names_written_another_way_are_known(conn: psycopg.Connection[Any]) -> N
         "Is RecQ-class helicase in COPY?",  # a hyphenated common word
         "Does PPAR\u03b3 bind?",  # a Greek letter inside the name
         "Do weighed food records (WFR) help?",  # defined by the question
+        "Does the Comma Separated Values (CSV) file hold tuples?",  # the corpus says CSV
     ):
         signals = compute_signals(conn, question, [])
         assert signals["unknown_names"] == 0, (question, signals["unknown_name_list"])
@@ -178,6 +181,7 @@ def test_names_written_another_way_are_known(conn: psycopg.Connection[Any]) -> N
         ("Does PPAR\u03b4 bind?", "PPAR\u03b4"),
         ("Do iPSCmade neurons need VACUUM?", "iPSCmade"),
         ("Can COPY read a LATERAL join?", "LATERAL"),  # not the stem of "later"
+        ("Does the Tab Separated Values (TSV) file hold tuples?", "Tab Separated Values"),
     ):
         assert compute_signals(conn, question, [])["unknown_name_list"] == [name], question
 

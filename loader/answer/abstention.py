@@ -408,40 +408,44 @@ def _rare_words(query_text: str) -> list[str]:
     return rare
 
 
-def defined_abbreviations(query_text: str) -> set[str]:
-    """Abbreviations the question defines itself: "weighed food records (WFR)", "dengue virus
-    (DENV-1)", "vitamin B6 (VB6)".
+def defined_abbreviations(query_text: str) -> dict[str, str]:
+    """Abbreviations the question defines itself, each with its long form: "weighed food
+    records (WFR)", "dengue virus (DENV-1)", "vitamin B6 (VB6)".
 
     A parenthesised word is defined when its letters can be found, right to left, in the few
-    words before it, its first letter starting a word (Schwartz and Hearst's rule, 2003). Such
-    a word names what the words before it say; it is not a name the corpus must contain.
+    words before it, its first letter starting a word (Schwartz and Hearst's rule, 2003); the
+    long form runs from that word to the parenthesis. Such a word names what its long form says:
+    it is not a name the corpus must contain, and a long form the corpus knows only by its
+    abbreviation ("Vaccine Alliance (GAVI)") is known when the abbreviation is.
     """
-    defined: set[str] = set()
+    defined: dict[str, str] = {}
     for match in re.finditer(r"\(\s*([^()\s]{2,15})\s*\)", query_text):
         short = match.group(1).strip(".,;:")
         chars = [ch.lower() for ch in short if ch.isalpha()]
         if len(chars) < 2:
             continue
         before = re.findall(r"\S+", query_text[: match.start()])
-        window = " ".join(before[-min(len(chars) + 5, 2 * len(chars)) :]).lower()
-        if _long_form_matches(chars, window):
-            defined.add(short)
+        window = " ".join(before[-min(len(chars) + 5, 2 * len(chars)) :])
+        start = _long_form_start(chars, window.lower())
+        if start >= 0:
+            defined[short] = window[start:]
     return defined
 
 
-def _long_form_matches(chars: list[str], long_form: str) -> bool:
-    position = len(long_form) - 1
+def _long_form_start(chars: list[str], text: str) -> int:
+    """Where the long form of an abbreviation with letters ``chars`` starts at the end of
+    ``text`` (-1: none)."""
+    position = len(text) - 1
     for index in range(len(chars) - 1, -1, -1):
         char = chars[index]
         while position >= 0 and (
-            long_form[position] != char
-            or (index == 0 and position > 0 and long_form[position - 1].isalnum())
+            text[position] != char or (index == 0 and position > 0 and text[position - 1].isalnum())
         ):
             position -= 1
         if position < 0:
-            return False
+            return -1
         position -= 1
-    return True
+    return position + 1
 
 
 def _surface_regex(phrase: str) -> str:
@@ -501,6 +505,9 @@ def unknown_names(conn: psycopg.Connection[Any], query_text: str) -> list[str]:
     defined = defined_abbreviations(query_text)
     for phrase in dict.fromkeys(phrases):
         if phrase in defined or _name_found(conn, phrase):
+            continue
+        # part of a long form whose abbreviation the corpus has: "Vaccine Alliance (GAVI)"
+        if any(phrase in long and _name_found(conn, short) for short, long in defined.items()):
             continue
         # a plural or possessive of a name the corpus has (UUIDs, CTEs, Alzheimer's)
         singular = re.sub(r"(?:['\u2019]s|s['\u2019]?)$", "", phrase)
