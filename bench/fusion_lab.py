@@ -176,6 +176,13 @@ def fuse(it: dict[str, Any], c: dict[str, Any]) -> list[str]:
     strict_first = bool(it["query"][0])
     kw_w = c["kw_exact"] if strict_first else c["kw"]
     vw = c["vw"]
+    if c["fusion"] == "doc_rrf":  # RRF over each leg's distinct documents, not its chunks
+        fused: dict[str, float] = defaultdict(float)
+        for weight, rows in ((vw, vec), (kw_w, kw)):
+            docs = list(dict.fromkeys(row[1] for row in rows))
+            for rank, doc in enumerate(docs, start=1):
+                fused[doc] += weight / (c["k"] + rank)
+        return sorted(fused, key=lambda d: -fused[d])
     uri: dict[int, str] = {}
     score: dict[int, float] = defaultdict(float)
     vrank: dict[int, int] = {}
