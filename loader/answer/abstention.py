@@ -281,9 +281,9 @@ def _words(query_text: str) -> list[_Word]:
 
 
 def _name_part(word: str) -> str:
-    """``word`` without what only qualifies the name in it: a trailing + or - (TRAP+ cells,
-    CD8+) and the common lower-case words of a hyphenated compound (RecQ-class,
-    Africa-trained, iPSC-derived: RecQ, Africa, iPSC)."""
+    """``word`` without what only qualifies the name in it: a trailing + (TRAP+ cells, CD8+)
+    and the common lower-case words of a hyphenated compound (RecQ-class, Africa-trained,
+    iPSC-derived: RecQ, Africa, iPSC)."""
     word = word.rstrip("+") or word
     if "-" not in word:
         return word
@@ -507,7 +507,10 @@ def unknown_names(conn: psycopg.Connection[Any], query_text: str) -> list[str]:
         if phrase in defined or _name_found(conn, phrase):
             continue
         # part of a long form whose abbreviation the corpus has: "Vaccine Alliance (GAVI)"
-        if any(phrase in long and _name_found(conn, short) for short, long in defined.items()):
+        if any(
+            re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", long) and _name_found(conn, short)
+            for short, long in defined.items()
+        ):
             continue
         # a plural or possessive of a name the corpus has (UUIDs, CTEs, Alzheimer's)
         singular = re.sub(r"(?:['\u2019]s|s['\u2019]?)$", "", phrase)
