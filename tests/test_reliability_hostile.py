@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from loader.answer.abstention import compute_signals
 from loader.cli import cli
 from loader.ingest.extract import Extracted, ExtractionError, extract
 from loader.safety import parse_int, printable, redact
@@ -187,6 +188,43 @@ def test_megabyte_queries_and_injection_strings(
         conn.execute("SELECT * FROM kb.search_query(%s)", (query,)).fetchall()
     conn.rollback()
     assert conn.execute("SELECT count(*) FROM kb.chunks").fetchone() == (len(golden.ids),)
+
+
+@FAST
+@given(
+    question=st.one_of(
+        no_nul_text,
+        st.from_regex(r"[\w\s()+\-/.'\u03b2\U0010ffff]{0,80}", fullmatch=True).map(
+            lambda s: s.replace("\x00", "")
+        ),
+    )
+)
+def test_the_abstention_signals_take_any_question(
+    conn: psycopg.Connection[Any], golden: Corpus, question: str
+) -> None:
+    """Names, abbreviations, separators, marker signs and any script: the gate's name checks
+    (loader.answer.abstention) answer for every question text and never raise."""
+    CASES["abstention signals"] += 1
+    signals = compute_signals(conn, question, [])
+    assert signals["unknown_names"] == len(signals["unknown_name_list"])
+    conn.rollback()
+
+
+def test_the_abstention_signals_take_edge_names(
+    conn: psycopg.Connection[Any], golden: Corpus
+) -> None:
+    for question in (
+        "Is \U0010ffffabcdef known?",
+        "(WFR)",
+        "()",
+        "a (bb) (CC-1) ((x))",
+        "+++ --- TRAP+ -derived- x-",
+        "Does Z\u03b2\u03b3\u03b4-class (Z\u03b2) work?",
+    ):
+        CASES["abstention signals fixed"] += 1
+        signals = compute_signals(conn, question, [])
+        assert signals["unknown_names"] == len(signals["unknown_name_list"]), question
+        conn.rollback()
 
 
 # --- the CLI ------------------------------------------------------------------------------------
