@@ -1,0 +1,86 @@
+"""Check the handbook question sets eval/handbook/questions-*.json.
+
+Usage: python eval/handbook/check_questions.py [CORPUS_DIR]
+
+CORPUS_DIR defaults to eval/handbook/corpus. The checks are the manual checker's
+(eval/manual/check_questions.py, reused here, not copied): JSON format, ids unique
+across all files, every source page exists, every evidence phrase (one per source
+for multipage questions, joined by " || ") occurs in its page's text, and unanswerable
+questions have "sources": [] and a "why". Only the page text differs: Markdown markup
+(heading hashes, list and table markers, emphasis, code ticks) is stripped before
+whitespace is collapsed and the text compared case-insensitively; an evidence phrase
+gets the same treatment, so one copied with its markup still matches.
+Prints a summary per file and kind; exits 1 naming each question with a problem.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_CORPUS = HERE / "corpus"
+
+
+def _load_manual_checker():  # type: ignore[no-untyped-def]
+    path = HERE.parent / "manual" / "check_questions.py"
+    spec = importlib.util.spec_from_file_location("manual_check_questions", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load the manual question checker at {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+checker = _load_manual_checker()
+
+
+def strip_markdown(text: str) -> str:
+    """Markdown source to plain text: what a reader sees, words and punctuation only."""
+    lines = []
+    for line in text.splitlines():
+        if re.fullmatch(r"\s*\|?[\s:|-]*-{3,}[\s:|-]*\|?\s*", line):
+            continue  # table separator row
+        line = re.sub(r"^\s{0,3}#{1,6}\s+", "", line)  # heading marker
+        line = re.sub(r"^\s*(?:[-*+]|\d+[.)])\s+", "", line)  # list marker
+        line = line.replace("|", " ")  # table cells
+        line = re.sub(r"(\*\*|__|`)", "", line)  # strong emphasis, code ticks
+        line = re.sub(r"(?<!\w)\*(?=\S)(.+?)(?<=\S)\*(?!\w)", r"\1", line)  # *emphasis*
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def markdown_text(path: Path) -> str:
+    return checker.normalise(strip_markdown(path.read_text(encoding="utf-8", errors="replace")))
+
+
+def evidence_in(evidence: str, page: str) -> bool:
+    return checker.normalise(strip_markdown(evidence)) in page
+
+
+def main(argv: list[str]) -> int:
+    corpus = (Path(argv[1]) if len(argv) > 1 else DEFAULT_CORPUS).resolve()
+    if not corpus.is_dir():
+        print(f"corpus folder {corpus} does not exist: pass the handbook's corpus folder", file=sys.stderr)
+        return 2
+    files = sorted(HERE.glob("questions-*.json"))
+    if not files:
+        print(f"no questions-*.json files in {HERE}", file=sys.stderr)
+        return 2
+    checker.visible_text = markdown_text
+    checker.evidence_in = evidence_in
+    seen: dict[str, str] = {}
+    cache: dict[str, str] = {}
+    problems: list[str] = []
+    for path in files:
+        problems += checker.check_file(path, corpus, seen, cache)
+    for p in problems:
+        print(f"PROBLEM {p}", file=sys.stderr)
+    print(f"{len(seen)} questions in {len(files)} file(s), {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
