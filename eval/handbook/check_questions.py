@@ -19,17 +19,18 @@ import importlib.util
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CORPUS = HERE / "corpus"
 
 
-def _load_manual_checker():  # type: ignore[no-untyped-def]
+def _load_manual_checker() -> Any:
     path = HERE.parent / "manual" / "check_questions.py"
     spec = importlib.util.spec_from_file_location("manual_check_questions", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"cannot load the manual question checker at {path}")
-    module = importlib.util.module_from_spec(spec)
+    module = importlib.util.module_from_spec(spec)  # attributes used: normalise, check_file
     spec.loader.exec_module(module)
     return module
 
@@ -53,7 +54,10 @@ def strip_markdown(text: str) -> str:
 
 
 def markdown_text(path: Path) -> str:
-    return checker.normalise(strip_markdown(path.read_text(encoding="utf-8", errors="replace")))
+    text: str = checker.normalise(
+        strip_markdown(path.read_text(encoding="utf-8", errors="replace"))
+    )
+    return text
 
 
 def evidence_in(evidence: str, page: str) -> bool:
@@ -63,7 +67,10 @@ def evidence_in(evidence: str, page: str) -> bool:
 def main(argv: list[str]) -> int:
     corpus = (Path(argv[1]) if len(argv) > 1 else DEFAULT_CORPUS).resolve()
     if not corpus.is_dir():
-        print(f"corpus folder {corpus} does not exist: pass the handbook's corpus folder", file=sys.stderr)
+        print(
+            f"corpus folder {corpus} does not exist: pass the handbook's corpus folder",
+            file=sys.stderr,
+        )
         return 2
     files = sorted(HERE.glob("questions-*.json"))
     if not files:
