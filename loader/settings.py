@@ -123,7 +123,7 @@ class Settings:
     """Filters applied to every search (JSON object, keys of kb.search_filters: category,
     metadata, source), e.g. ``{"source": "%/sql-%"}``; ``pgkb search/ask --source/--meta``."""
 
-    # --- abstention gate (loader/answer/abstention.py) ------------------------------------------
+    # --- abstention gate (loader/answer/abstention/) ---------------------------------------------
     abstention: bool = True
     """Abstain ("I don't know") before any model call when retrieval signals say so."""
     abstention_rule: str | None = None

@@ -12,7 +12,6 @@ from loader.answer.abstention import (
     DEFAULT_RULE,
     AbstentionRule,
     Condition,
-    _name_like_words,
     common_words,
     compute_signals,
     decide,
@@ -21,6 +20,7 @@ from loader.answer.abstention import (
     is_common,
     is_quantity,
     load_rule,
+    name_like_words,
     save_rule,
     spelt_like_english,
 )
@@ -71,17 +71,17 @@ def _hit(chunk_id: int, score: float, sim: float | None, vrank: int | None, kran
 
 
 def test_name_like_words() -> None:
-    assert _name_like_words("How do I set up MySQL replication with pg_cron?") == [
+    assert name_like_words("How do I set up MySQL replication with pg_cron?") == [
         "MySQL",
         "pg_cron",
     ]
-    assert _name_like_words("What does VACUUM FULL do? Does Oracle have it?") == [
+    assert name_like_words("What does VACUUM FULL do? Does Oracle have it?") == [
         "VACUUM",
         "FULL",
         "Oracle",
     ]
-    assert _name_like_words("how big is a page") == []
-    assert _name_like_words("Is gzip level 9 slow in PostgreSQL 15.2?") == ["PostgreSQL"]
+    assert name_like_words("how big is a page") == []
+    assert name_like_words("Is gzip level 9 slow in PostgreSQL 15.2?") == ["PostgreSQL"]
 
 
 def test_numbers_times_dates_and_quantities_are_not_names() -> None:
@@ -91,7 +91,7 @@ def test_numbers_times_dates_and_quantities_are_not_names() -> None:
         assert is_quantity(word), word
     for word in ("40P01", "pg_dump", "MySQL", "x86", "DENV-1", "scm3-139", "64-Bit", "5/8"):
         assert not is_quantity(word), word
-    assert _name_like_words("Can autovacuum run at 2pm on 2024-05-01 with 64MB?") == []
+    assert name_like_words("Can autovacuum run at 2pm on 2024-05-01 with 64MB?") == []
 
 
 def test_inflections_and_compounds_of_common_words_are_common() -> None:
