@@ -3,10 +3,11 @@
 frozen dataclasses below).
 
 Rules: values are always bound parameters (``%(name)s`` or ``%s``), never formatted into the
-text; identifiers go through ``psycopg.sql`` (only ``CREATE DATABASE`` needs one, see
-:data:`CREATE_DATABASE`). Retrieval and data logic belong in SQL functions (``sql_functions/``),
-so most statements here are one-line calls of a ``kb.`` function. The Alembic migrations and
-``loader.migration_ops`` (frozen with them) carry their own SQL, as migrations must.
+text; identifiers go through ``psycopg.sql`` (only ``CREATE DATABASE`` and ``DROP DATABASE``
+need one, see :data:`CREATE_DATABASE`). Retrieval and data logic belong in SQL functions
+(``sql_functions/``), so most statements here are one-line calls of a ``kb.`` function. The
+Alembic migrations and ``loader.migration_ops`` (frozen with them) carry their own SQL, as
+migrations must.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ SERVER_VERSION = "SHOW server_version"
 DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = %s"
 CREATE_DATABASE = sql.SQL("CREATE DATABASE {}")
 """Format with ``sql.Identifier(name)``."""
+DROP_DATABASE = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+"""Format with ``sql.Identifier(name)`` (``pgkb quickstart --remove``: the demo database only)."""
+CURRENT_DATABASE = "SELECT current_database()"
 
 KB_COUNTS = """
 SELECT (SELECT count(*) FROM kb.documents) AS documents,
