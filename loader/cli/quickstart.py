@@ -57,6 +57,9 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
         else:
             click.echo(f"removed the demo database {dropped}; your knowledge base is untouched")
         return
+    if not settings.database_url:
+        # the embedded server's knowledge base is pgkb's own: ready (empty) for `pgkb ingest`
+        upgrade(user_url)
     url = demo_url or create_demo_database(user_url)
     click.echo(
         f"the sample goes into the demo database {redact(url)}, apart from your knowledge base "
