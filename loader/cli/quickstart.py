@@ -47,7 +47,8 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
     from loader.db.status import schema_status
 
     settings = app.settings()
-    if not settings.database_url:
+    embedded = not settings.database_url
+    if embedded:
         click.echo(f"using the embedded PostgreSQL server, data in {settings.pgdata}", err=True)
     user_url = database_url(settings)
     if remove:
@@ -57,7 +58,7 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
         else:
             click.echo(f"removed the demo database {dropped}; your knowledge base is untouched")
         return
-    if not settings.database_url:
+    if embedded:
         # the embedded server's knowledge base is pgkb's own: ready (empty) for `pgkb ingest`
         upgrade(user_url)
     url = demo_url or create_demo_database(user_url)
@@ -92,7 +93,8 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
             hint="the bundled pages are known to ingest: check the installation "
             "(pip install -e . installs the extraction libraries) and re-run pgkb quickstart",
         )
-    for key, value in schema_status(settings).items():
+    status = {**schema_status(settings), "embedded": embedded}
+    for key, value in status.items():
         click.echo(f"{key:>18}: {value}")
     for question in QUICKSTART_QUESTIONS:
         click.echo()
@@ -103,6 +105,20 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
         f"The sample is in its own database; your knowledge base ({redact(user_url)}) holds "
         "none of it. Add your own documents:\n"
         '  pgkb ingest ~/notes && pgkb ask "..."\n'
-        f'Try the sample:  pgkb --database-url "{redact(url)}" search "vacuum"\n'
+        f'Try the sample:  pgkb --database-url "{_shown(url)}" search "vacuum"\n'
         "Remove it:       pgkb quickstart --remove"
     )
+
+
+def _shown(url: str) -> str:
+    """``url`` as the user can paste it: redacted only when it holds a password (the embedded
+    server's URL has an empty one, which redaction would turn into ``***``)."""
+    import psycopg
+
+    from loader.db.connect import redact
+
+    try:
+        password = psycopg.conninfo.conninfo_to_dict(url).get("password")
+    except psycopg.ProgrammingError:
+        return redact(url)
+    return redact(url) if password else url

@@ -692,7 +692,7 @@ SELECT m.id, m.name, 'embeddings_hnsw_model_' || m.id AS index_name
 """Models (up to 2,000 dims, the most pgvector indexes) whose partial HNSW index is missing: a
 bulk load dropped it and was killed before building it again (loader.ingest.bulk_index)."""
 KB_ROLES = "SELECT rolname FROM pg_roles WHERE rolname IN ('kb_reader', 'kb_writer')"
-# What the README's "Roles for services" promises, one (check, have, want) row per promise. The
+# What the documentation's "Roles and grants" promises, one (check, have, want) row per promise. The
 # function lists come from the grants written in sql_functions/ (loader.ops.doctor reads them):
 # %(reader)s the functions granted to kb_reader, %(restricted)s those revoked from PUBLIC and not
 # granted to kb_reader, %(writer)s those granted to kb_writer.
