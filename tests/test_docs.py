@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
 from loader.devtools.reference import MARKERS, cli_commands, sql_functions
@@ -77,6 +78,24 @@ def test_the_cli_page_lists_every_command(site: Path) -> None:
     )
     for command in commands:
         assert command in text, command
+    # every option of every command, by its long name
+    from loader.cli.main import cli
+
+    def options(command: click.Command) -> set[str]:
+        found = {
+            opt
+            for param in command.params
+            if isinstance(param, click.Option)
+            for opt in param.opts
+            if opt.startswith("--")
+        }
+        if isinstance(command, click.Group):
+            for sub in command.commands.values():
+                found |= options(sub)
+        return found
+
+    missing = sorted(opt for opt in options(cli) if opt not in text)
+    assert missing == []
     assert "--remove" in text and "--demo-url" in text
 
 

@@ -117,7 +117,10 @@ def cli_markdown() -> str:
         rows = []
         for param in command.get_params(ctx):
             if isinstance(param, click.Argument):
-                rows.append(f"| `{param.human_readable_name}` (argument) | | |")
+                kind = "required" if param.required else "optional"
+                if param.nargs == -1:
+                    kind += ", one or more" if param.required else ", any number"
+                rows.append(f"| `{param.human_readable_name}` (argument) | | {kind} |")
                 continue
             record = param.get_help_record(ctx)
             if record is None:
