@@ -28,7 +28,7 @@ README_MAX_LINES = 200
 
 def _project_docs() -> list[Path]:
     docs = [*ROOT.glob("*.md"), *(ROOT / "docs").rglob("*.md")]
-    docs += [ROOT / "eval" / "manual" / "README.md", ROOT / "sql_functions" / "README.md"]
+    docs += [*(ROOT / "eval").rglob("README.md"), ROOT / "sql_functions" / "README.md"]
     return sorted(p for p in docs if p.is_file())
 
 
