@@ -53,10 +53,13 @@ class Settings:
     embedding_provider: Literal["local", "openai"] = "local"
     """``local`` (sentence-transformers, offline) or ``openai`` (any OpenAI-compatible API)."""
     embedding_model: str = "sentence-transformers/all-MiniLM-L6-v2"
+    """Embedding model name; name + dims is one vector space, which must be the active model."""
     embedding_dims: int = 384
+    """Dimensions of the embedding model's vectors."""
     embedding_base_url: str | None = None
     """Base URL of an OpenAI-compatible embeddings API (OpenAI, Azure, Ollama, vLLM, ...)."""
     embedding_api_key: str | None = None
+    """API key for ``embedding_base_url`` (never stored in the database)."""
     embedding_max_input_tokens: int = 256
     """The model's input limit in its own tokens (all-MiniLM-L6-v2 reads 256 word pieces)."""
     embedding_batch_size: int = 64
@@ -71,6 +74,7 @@ class Settings:
     chunk_tokens: int = 200
     """Chunk size in tokens of the embedding model; must leave room for its special tokens."""
     chunk_overlap: int = 32
+    """Tokens repeated between neighbouring chunks (below ``chunk_tokens``)."""
     embed_heading_path: bool = True
     """Give the model each chunk prefixed with its heading path (or title): the embedded text."""
 
@@ -99,17 +103,22 @@ class Settings:
     hnsw_bulk_threshold: int = 500
     """A load writing at least this many embeddings of a model, and more than its index holds,
     drops the model's HNSW index and builds it after the load (several times faster than
-    inserting row by row; bench/hnsw_bulk.py, README "HNSW parameters"); 0: always row by row."""
+    inserting row by row; measured by bench/hnsw_bulk.py); 0: always row by row."""
 
     # --- retrieval ----------------------------------------------------------------------------
     vector_candidates: int = 20
+    """Candidates the vector leg brings to the fusion."""
     keyword_candidates: int = 20
+    """Candidates the keyword leg brings to the fusion."""
     rrf_k: int = 10
+    """Reciprocal Rank Fusion constant (chosen on the tuning questions)."""
     match_count: int = 5
+    """Results a search returns (and chunks ``pgkb ask`` starts from)."""
     vector_weight: float = 2.0
     """The vector leg counts twice the keyword leg in the fusion (chosen on the whole-manual
-    and bundled tuning questions; README "Retrieval quality")."""
+    and bundled tuning questions; see the retrieval measurements)."""
     keyword_weight: float = 1.0
+    """The keyword leg's weight in the fusion."""
     exact_keyword_weight: float = 3.0
     """The keyword leg's weight for queries that ask for exact matching (a quoted phrase, an
     identifier such as 40P01 or work_mem): such queries lean on the keyword leg."""

@@ -615,26 +615,37 @@ def test_real_model_ingest_of_manual_pages(
 def test_quickstart_ingests_the_sample_corpus(
     db_url: str, tmp_path: Path, fake_openai: FakeOpenAI, conn: psycopg.Connection[Any]
 ) -> None:
+    from loader.db.connect import connect
+    from loader.db.demo import demo_url
     from loader.resources import sample_corpus_dir
 
     env = _env(_settings(db_url, tmp_path, fake_openai, chunk_tokens=200, chunk_overlap=32))
     # the fake server's embeddings are hash noise: the keyword leg finds the page here, so the
     # noise leg weighs half of it (the default gives the real model's vector leg twice)
     env["PGKB_VECTOR_WEIGHT"] = "0.5"
-    result = CliRunner().invoke(cli, ["quickstart"], env=env)
-    assert result.exit_code == 0, result.output
-    pages = len(list(sample_corpus_dir().glob("*.html")))
-    assert f"{pages} files: {pages} new" in result.stderr
-    assert f"documents: {pages}" in result.stdout
-    # then it answers its two questions: the unanswerable one gets "I don't know"
-    asked = result.stdout.split("$ pgkb ask ")[1:]
-    assert len(asked) == 2
-    assert "Oracle Data Guard" in asked[1] and "I don't know" in asked[1]
-    # the answerable one is answered from CREATE INDEX's page, by the passage on CONCURRENTLY
-    assert "I don't know" not in asked[0]
-    assert "[CREATE INDEX] " + str(sample_corpus_dir() / "sql-createindex.html") in asked[0]
-    assert "build the index without taking any locks" in asked[0]
-    again = CliRunner().invoke(cli, ["quickstart"], env=env)
-    assert again.exit_code == 0, again.output
-    assert f"{pages} unchanged" in again.stderr
-    _check_whole(conn)
+    try:
+        result = CliRunner().invoke(cli, ["quickstart"], env=env)
+        assert result.exit_code == 0, result.output
+        pages = len(list(sample_corpus_dir().glob("*.html")))
+        assert f"{pages} files: {pages} new" in result.stderr
+        assert f"documents: {pages}" in result.stdout
+        # then it answers its two questions: the unanswerable one gets "I don't know"
+        asked = result.stdout.split("$ pgkb ask ")[1:]
+        assert len(asked) == 2
+        assert "Oracle Data Guard" in asked[1] and "I don't know" in asked[1]
+        # the answerable one is answered from CREATE INDEX's page, by the passage on CONCURRENTLY
+        assert "I don't know" not in asked[0]
+        assert "[CREATE INDEX] " + str(sample_corpus_dir() / "sql-createindex.html") in asked[0]
+        assert "build the index without taking any locks" in asked[0]
+        again = CliRunner().invoke(cli, ["quickstart"], env=env)
+        assert again.exit_code == 0, again.output
+        assert f"{pages} unchanged" in again.stderr
+        # the sample went into the demo database: the user's knowledge base holds none of it
+        assert conn.execute("SELECT count(*) FROM kb.documents").fetchone() == (0,)
+        with connect(demo_url(db_url)) as demo:
+            _check_whole(demo)
+            assert demo.execute("SELECT count(*) FROM kb.documents").fetchone() == (pages,)
+    finally:
+        removed = CliRunner().invoke(cli, ["quickstart", "--remove"], env=env)
+    assert removed.exit_code == 0, removed.output
+    assert "removed the demo database" in removed.stdout

@@ -33,8 +33,8 @@ only titles that appear in the chunks.
 CONFIGURE_HINT = (
     "no chat model is configured, so these are the passages that match best; for a written "
     "answer set PGKB_CHAT_MODEL (and PGKB_CHAT_BASE_URL for Ollama, vLLM or another "
-    "OpenAI-compatible server, PGKB_CHAT_API_KEY for OpenAI): see the README, "
-    '"Asking questions"'
+    "OpenAI-compatible server, PGKB_CHAT_API_KEY for OpenAI): see the documentation, "
+    '"Asking questions" (docs/guides/ask.md)'
 )
 
 MAX_QUERY_CHARS = 2000

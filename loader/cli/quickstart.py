@@ -1,4 +1,4 @@
-"""``pgkb quickstart``: the default database, the sample corpus, and two questions, end to end."""
+"""``pgkb quickstart``: a demo database, the sample corpus, and two questions, end to end."""
 
 from __future__ import annotations
 
@@ -15,25 +15,62 @@ QUICKSTART_QUESTIONS = (
 
 
 @click.command()
+@click.option(
+    "--demo-url",
+    metavar="URL",
+    envvar="PGKB_DEMO_DATABASE_URL",
+    show_envvar=True,
+    help="Database for the sample (default: the configured database's name + _demo, created "
+    "on the same server).",
+)
+@click.option(
+    "--remove",
+    is_flag=True,
+    help="Drop the demo database (the sample) and exit; your knowledge base is not touched.",
+)
 @click.pass_context
-def quickstart(ctx: click.Context) -> None:
-    """Set up the default database, ingest the sample corpus, and answer two questions.
+def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
+    """Ingest the sample corpus into a demo database of its own and answer two questions.
 
-    Creates or upgrades the kb schema on the configured database (the embedded server unless
-    PGKB_DATABASE_URL is set), ingests the bundled sample corpus (65 pages of the PostgreSQL 15
-    manual; unchanged pages are skipped on later runs), prints the status, then asks one
-    question the corpus answers (a cited answer) and one it cannot ("I don't know").
+    Creates a demo database beside your knowledge base (pgkb_demo on the embedded server, else
+    the configured database's name + _demo on the same server, or --demo-url), creates the kb
+    schema there, ingests the bundled sample corpus (65 pages of the PostgreSQL 15 manual;
+    unchanged pages are skipped on later runs), prints the status, then asks one question the
+    corpus answers (a cited answer) and one it cannot ("I don't know"). Your own knowledge base
+    (pgkb ingest, search, ask) never sees the sample; pgkb quickstart --remove drops it.
     """
     app = ctx.find_object(App)
     assert app is not None
     from loader.db.connect import database_url, redact
+    from loader.db.demo import create_demo_database, drop_demo_database
     from loader.db.migrations import upgrade
     from loader.db.status import schema_status
 
     settings = app.settings()
-    url = database_url(settings)
-    if not settings.database_url:
+    embedded = not settings.database_url
+    if embedded:
         click.echo(f"using the embedded PostgreSQL server, data in {settings.pgdata}", err=True)
+    user_url = database_url(settings)
+    if remove:
+        dropped = drop_demo_database(user_url, demo_url)
+        if dropped is None:
+            click.echo("there is no demo database to remove; nothing was changed")
+        else:
+            click.echo(f"removed the demo database {dropped}; your knowledge base is untouched")
+        return
+    if embedded:
+        # the embedded server's knowledge base is pgkb's own: ready (empty) for `pgkb ingest`
+        upgrade(user_url)
+    url = demo_url or create_demo_database(user_url)
+    click.echo(
+        f"the sample goes into the demo database {redact(url)}, apart from your knowledge base "
+        f"{redact(user_url)} (remove it with: pgkb quickstart --remove)",
+        err=True,
+    )
+    # every step below (ingest, status, ask) works on the demo database
+    app.overrides = {**app.overrides, "database_url": url}
+    app._settings = None
+    settings = app.settings()
     upgrade(url)
     click.echo(f"kb schema is up to date on {redact(url)}", err=True)
 
@@ -56,9 +93,32 @@ def quickstart(ctx: click.Context) -> None:
             hint="the bundled pages are known to ingest: check the installation "
             "(pip install -e . installs the extraction libraries) and re-run pgkb quickstart",
         )
-    for key, value in schema_status(settings).items():
+    status = {**schema_status(settings), "embedded": embedded}
+    for key, value in status.items():
         click.echo(f"{key:>18}: {value}")
     for question in QUICKSTART_QUESTIONS:
         click.echo()
         click.secho(f"$ pgkb ask {question!r}", bold=True)
         ctx.invoke(ask, question=(question,))
+    click.echo()
+    click.echo(
+        f"The sample is in its own database; your knowledge base ({redact(user_url)}) holds "
+        "none of it. Add your own documents:\n"
+        '  pgkb ingest ~/notes && pgkb ask "..."\n'
+        f'Try the sample:  pgkb --database-url "{_shown(url)}" search "vacuum"\n'
+        "Remove it:       pgkb quickstart --remove"
+    )
+
+
+def _shown(url: str) -> str:
+    """``url`` as the user can paste it: redacted only when it holds a password (the embedded
+    server's URL has an empty one, which redaction would turn into ``***``)."""
+    import psycopg
+
+    from loader.db.connect import redact
+
+    try:
+        password = psycopg.conninfo.conninfo_to_dict(url).get("password")
+    except psycopg.ProgrammingError:
+        return redact(url)
+    return redact(url) if password else url

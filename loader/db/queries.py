@@ -3,10 +3,11 @@
 frozen dataclasses below).
 
 Rules: values are always bound parameters (``%(name)s`` or ``%s``), never formatted into the
-text; identifiers go through ``psycopg.sql`` (only ``CREATE DATABASE`` needs one, see
-:data:`CREATE_DATABASE`). Retrieval and data logic belong in SQL functions (``sql_functions/``),
-so most statements here are one-line calls of a ``kb.`` function. The Alembic migrations and
-``loader.migration_ops`` (frozen with them) carry their own SQL, as migrations must.
+text; identifiers go through ``psycopg.sql`` (only ``CREATE DATABASE`` and ``DROP DATABASE``
+need one, see :data:`CREATE_DATABASE`). Retrieval and data logic belong in SQL functions
+(``sql_functions/``), so most statements here are one-line calls of a ``kb.`` function. The
+Alembic migrations and ``loader.migration_ops`` (frozen with them) carry their own SQL, as
+migrations must.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ SERVER_VERSION = "SHOW server_version"
 DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = %s"
 CREATE_DATABASE = sql.SQL("CREATE DATABASE {}")
 """Format with ``sql.Identifier(name)``."""
+DROP_DATABASE = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+"""Format with ``sql.Identifier(name)`` (``pgkb quickstart --remove``: the demo database only)."""
+CURRENT_DATABASE = "SELECT current_database()"
 
 KB_COUNTS = """
 SELECT (SELECT count(*) FROM kb.documents) AS documents,
@@ -688,7 +692,7 @@ SELECT m.id, m.name, 'embeddings_hnsw_model_' || m.id AS index_name
 """Models (up to 2,000 dims, the most pgvector indexes) whose partial HNSW index is missing: a
 bulk load dropped it and was killed before building it again (loader.ingest.bulk_index)."""
 KB_ROLES = "SELECT rolname FROM pg_roles WHERE rolname IN ('kb_reader', 'kb_writer')"
-# What the README's "Roles for services" promises, one (check, have, want) row per promise. The
+# What the documentation's "Roles and grants" promises, one (check, have, want) row per promise. The
 # function lists come from the grants written in sql_functions/ (loader.ops.doctor reads them):
 # %(reader)s the functions granted to kb_reader, %(restricted)s those revoked from PUBLIC and not
 # granted to kb_reader, %(writer)s those granted to kb_writer.

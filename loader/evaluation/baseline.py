@@ -43,7 +43,7 @@ FORMAT = 2
 ABOUT = (
     "Recorded by `pgkb eval --record-baseline` (or `python -m loader.evaluation.baseline "
     "record`); checked by tests/test_eval_baseline.py and `pgkb eval --check-baseline`. "
-    "README: 'The eval gate'."
+    "Documentation: 'The eval gate' (docs/guides/evaluation.md)."
 )
 
 _ROOT = BASELINE_FILE.parent.parent

@@ -313,8 +313,8 @@ def run_checks(settings: Settings) -> list[Check]:
                     "roles",
                     not wrong_grants,
                     "; ".join(wrong_grants) or "kb_reader and kb_writer as documented",
-                    "REVOKE what is too wide, GRANT what is missing (README, "
-                    "Operations: roles for services)",
+                    "REVOKE what is too wide, GRANT what is missing (documentation: "
+                    "Roles and grants, docs/guides/roles.md)",
                 )
             )
         _rollback(conn)
