@@ -141,8 +141,7 @@ def main() -> int:
 def _with_model(url: str, settings: Any, limit: int) -> None:
     import psycopg
 
-    from loader.graph.llm import enrich_documents
-    from loader.graph.store import GraphStats
+    from loader.graph.store import GraphStats, enrich_documents
     from tests.fake_openai import FakeOpenAI, Request, chat_reply
 
     def reply(request: Request) -> Any:

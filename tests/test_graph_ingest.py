@@ -16,8 +16,7 @@ from click.testing import CliRunner
 
 from loader.cli import cli
 from loader.graph import catalogue
-from loader.graph.llm import enrich_documents
-from loader.graph.store import GraphStats
+from loader.graph.store import GraphStats, enrich_documents
 from loader.ingest.pipeline import ingest_paths
 from loader.settings import Settings, load_settings
 from tests.fake_openai import FakeOpenAI, Reply, Request, chat_reply

@@ -13,26 +13,22 @@ stripped, the JSON object is validated, chunk ranges are clamped and put in orde
 filled, unknown document types become ``general``; each proposed edge must name a candidate,
 a valid type, the document at one end and not be a self-loop or a duplicate. Any failure (no
 answer, timeout, HTTP error, malformed or enormous JSON, no valid summary) keeps the
-deterministic metadata already stored; ingestion never fails because of the model. A document
-deleted or changed while its call was running is skipped (the update checks its content hash).
+deterministic metadata already stored; ingestion never fails because of the model.
+
+This module builds the request and reads the reply; no database. The calls, one document at a
+time, and the writes are :func:`loader.graph.store.enrich_documents`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg.rows import class_row
-
-from loader.db import queries
 from loader.graph.metadata import DOC_TYPES, STOP_WORDS, DocumentMetadata, TocEntry
 from loader.providers.chat import ChatClient
-
-log = logging.getLogger(__name__)
 
 RELATION_TYPES = ("references", "supersedes", "supplements", "contradicts", "depicts")
 MAX_CANDIDATES = 15
@@ -319,7 +315,7 @@ def _parse_edges(raw: Any, document_id: str, candidates: Sequence[Candidate]) ->
 # --- the calls ----------------------------------------------------------------------------------
 
 
-def _chat(settings: Any) -> ChatClient:
+def chat_client(settings: Any) -> ChatClient:
     """The chat client for metadata: at most one retry per document (ingestion moves on to the
     deterministic metadata rather than wait)."""
     return ChatClient(settings, max_retries=min(settings.chat_max_retries, 1))
@@ -328,79 +324,3 @@ def _chat(settings: Any) -> ChatClient:
 def complete(client: ChatClient, messages: list[dict[str, str]]) -> str | None:
     reply = client.complete(messages, options={"temperature": 0, "max_tokens": MAX_REPLY_TOKENS})
     return reply.content
-
-
-def enrich_documents(conn: Any, settings: Any, document_ids: Sequence[str], stats: Any) -> None:
-    """The chat model's metadata and edges for ``document_ids``; never raises for the model."""
-    from loader.graph.metadata import deterministic
-    from loader.graph.store import store_metadata
-
-    try:
-        client = _chat(settings)
-    except Exception as exc:  # e.g. the openai package refusing the configuration
-        log.warning("chat model unusable, keeping deterministic metadata: %s", exc)
-        stats.llm_fallbacks += len(document_ids)
-        return
-    with conn.cursor(row_factory=class_row(queries.DocumentProfileRow)) as cur:
-        profiles = [
-            (r.document_id, r.title, r.summary, list(r.key_entities or []))
-            for r in cur.execute(queries.DOCUMENT_PROFILES).fetchall()
-        ]
-    conn.commit()
-    for document_id in document_ids:
-        with conn.cursor(row_factory=class_row(queries.DocumentForMetadataRow)) as cur:
-            row = cur.execute(queries.DOCUMENT_FOR_METADATA, (document_id,)).fetchone()
-        chunks: list[tuple[int, str, str]] = []
-        if row is not None:
-            with conn.cursor(row_factory=class_row(queries.ChunkTextRow)) as cur:
-                chunks = [
-                    (c.chunk_index, c.heading_path, c.content)
-                    for c in cur.execute(queries.FIRST_CHUNKS, (document_id,)).fetchall()
-                ]
-        conn.commit()
-        if row is None:
-            stats.llm_skipped += 1
-            continue
-        title, source, content_sha = row.title, row.source_uri, row.content_sha
-        summary, entities, toc = row.summary, row.key_entities, row.toc
-        chunk_count = row.chunk_count
-        candidates = rank_candidates(document_id, title, summary or "", entities or [], profiles)
-        messages = build_messages(title, toc or [], chunks, chunk_count, candidates)
-
-        class _Chunk:
-            def __init__(self, index: int, heading_path: str, content: str) -> None:
-                self.index, self.heading_path, self.content = index, heading_path, content
-
-        fallback = deterministic(title, source, [_Chunk(*c) for c in chunks])
-        fallback = dataclasses.replace(fallback, toc=[TocEntry(**e) for e in toc or []])
-        try:
-            reply = complete(client, messages)
-            metadata, edges = parse_reply(
-                reply,
-                document_id=document_id,
-                chunk_count=chunk_count,
-                candidates=candidates,
-                fallback=fallback,
-            )
-        except Exception as exc:  # the model failing in any way keeps the deterministic version
-            log.warning("chat model metadata for %s failed, keeping deterministic: %s", source, exc)
-            stats.llm_fallbacks += 1
-            continue
-        with conn.transaction():
-            if not store_metadata(conn, document_id, metadata, content_sha=content_sha):
-                stats.llm_skipped += 1  # deleted or changed while the model was answering
-                continue
-            conn.execute(queries.DELETE_LLM_RELATIONS, (document_id,))
-            for edge in edges:
-                stats.llm_edges += conn.execute(
-                    queries.INSERT_RELATION,
-                    {
-                        "source": edge.source_id,
-                        "target": edge.target_id,
-                        "type": edge.relation_type,
-                        "origin": "llm",
-                        "evidence": edge.evidence or None,
-                        "confidence": edge.confidence,
-                    },
-                ).rowcount
-        stats.llm_documents += 1

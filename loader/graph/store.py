@@ -9,8 +9,9 @@ they point at the stable document id.
 :meth:`GraphWriter.finish` runs once at the end of a run: mention edges for the documents the
 run wrote (outgoing against every document, and incoming from the others for new documents),
 then, when a chat model is configured, the model's metadata and typed edges
-(:mod:`loader.graph.llm`), each document in its own short transaction, skipped when the
-document was deleted or changed meanwhile.
+(:func:`enrich_documents`; the request and the reply's checks are in :mod:`loader.graph.llm`),
+each document in its own short transaction, skipped when the document was deleted or changed
+while its call was running (the update checks its content hash).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from typing import Any
 from psycopg.rows import class_row
 
 from loader.db import queries
+from loader.graph import llm
 from loader.graph.links import Link, MentionIndex
-from loader.graph.metadata import ChunkLike, DocumentMetadata, deterministic
+from loader.graph.metadata import ChunkLike, DocumentMetadata, TocEntry, deterministic
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +115,6 @@ class GraphWriter:
             self._mentions(conn)
         self.seconds += time.perf_counter() - started
         if self.written and settings is not None and getattr(settings, "chat_model", None):
-            from loader.graph.llm import enrich_documents
-
             started = time.perf_counter()
             enrich_documents(conn, settings, [w.document_id for w in self.written], self.stats)
             self.seconds += time.perf_counter() - started
@@ -196,6 +196,81 @@ def store_metadata(
         else queries.SET_DOCUMENT_METADATA_IF_CURRENT
     )
     return bool(conn.execute(query, params).rowcount)
+
+
+def enrich_documents(conn: Any, settings: Any, document_ids: Sequence[str], stats: Any) -> None:
+    """The chat model's metadata and edges for ``document_ids``; never raises for the model."""
+    try:
+        client = llm.chat_client(settings)
+    except Exception as exc:  # e.g. the openai package refusing the configuration
+        log.warning("chat model unusable, keeping deterministic metadata: %s", exc)
+        stats.llm_fallbacks += len(document_ids)
+        return
+    with conn.cursor(row_factory=class_row(queries.DocumentProfileRow)) as cur:
+        profiles = [
+            (r.document_id, r.title, r.summary, list(r.key_entities or []))
+            for r in cur.execute(queries.DOCUMENT_PROFILES).fetchall()
+        ]
+    conn.commit()
+    for document_id in document_ids:
+        with conn.cursor(row_factory=class_row(queries.DocumentForMetadataRow)) as cur:
+            row = cur.execute(queries.DOCUMENT_FOR_METADATA, (document_id,)).fetchone()
+        chunks: list[tuple[int, str, str]] = []
+        if row is not None:
+            with conn.cursor(row_factory=class_row(queries.ChunkTextRow)) as cur:
+                chunks = [
+                    (c.chunk_index, c.heading_path, c.content)
+                    for c in cur.execute(queries.FIRST_CHUNKS, (document_id,)).fetchall()
+                ]
+        conn.commit()
+        if row is None:
+            stats.llm_skipped += 1
+            continue
+        title, source, content_sha = row.title, row.source_uri, row.content_sha
+        summary, entities, toc = row.summary, row.key_entities, row.toc
+        chunk_count = row.chunk_count
+        candidates = llm.rank_candidates(
+            document_id, title, summary or "", entities or [], profiles
+        )
+        messages = llm.build_messages(title, toc or [], chunks, chunk_count, candidates)
+
+        class _Chunk:
+            def __init__(self, index: int, heading_path: str, content: str) -> None:
+                self.index, self.heading_path, self.content = index, heading_path, content
+
+        fallback = deterministic(title, source, [_Chunk(*c) for c in chunks])
+        fallback = dataclasses.replace(fallback, toc=[TocEntry(**e) for e in toc or []])
+        try:
+            reply = llm.complete(client, messages)
+            metadata, edges = llm.parse_reply(
+                reply,
+                document_id=document_id,
+                chunk_count=chunk_count,
+                candidates=candidates,
+                fallback=fallback,
+            )
+        except Exception as exc:  # the model failing in any way keeps the deterministic version
+            log.warning("chat model metadata for %s failed, keeping deterministic: %s", source, exc)
+            stats.llm_fallbacks += 1
+            continue
+        with conn.transaction():
+            if not store_metadata(conn, document_id, metadata, content_sha=content_sha):
+                stats.llm_skipped += 1  # deleted or changed while the model was answering
+                continue
+            conn.execute(queries.DELETE_LLM_RELATIONS, (document_id,))
+            for edge in edges:
+                stats.llm_edges += conn.execute(
+                    queries.INSERT_RELATION,
+                    {
+                        "source": edge.source_id,
+                        "target": edge.target_id,
+                        "type": edge.relation_type,
+                        "origin": "llm",
+                        "evidence": edge.evidence or None,
+                        "confidence": edge.confidence,
+                    },
+                ).rowcount
+        stats.llm_documents += 1
 
 
 def _chunk_texts(conn: Any, document_id: str) -> list[str]:
