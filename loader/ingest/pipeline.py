@@ -20,8 +20,10 @@ from loader.ingest.bulk_index import bulk_index
 from loader.ingest.chunking import Chunker
 from loader.ingest.extract import ExtractionError, Section, extract, mime_type
 from loader.ingest.report import IngestReport, ProgressCallback
+from loader.ingest.runs import record_run
 from loader.ingest.sources import (
     SourceDocument,
+    SourceNames,
     file_metadata,
     read_file,
     scan_paths,
@@ -36,8 +38,6 @@ from loader.ingest.writer import (
     prune_missing,
     stored_shas,
 )
-from loader.ops.runs import record_run
-from loader.ops.sources import SourceNames
 from loader.providers.embeddings import Embedder, ensure_model, get_embedder
 from loader.settings import Settings
 

@@ -21,8 +21,7 @@ from loader.graph.store import GraphWriter
 from loader.ingest.bulk_index import BulkIndex
 from loader.ingest.chunking import Chunk
 from loader.ingest.report import IngestReport, ProgressCallback
-from loader.ingest.sources import Scan
-from loader.ops.sources import SourceNames
+from loader.ingest.sources import Scan, SourceNames
 from loader.providers.embeddings import Embedder
 from loader.settings import Settings
 
