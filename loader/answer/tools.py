@@ -39,7 +39,7 @@ from loader.answer.retrieval import QueryEmbedder, embed_query, search_passages
 from loader.db import queries
 from loader.errors import PgkbError
 from loader.graph.catalogue import explore
-from loader.graph.llm import RELATION_TYPES
+from loader.graph.relations import RELATION_TYPES
 from loader.safety import parse_int
 from loader.settings import Settings
 

@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING
 import click
 
 from loader.cli.base import App, emit_json
+from loader.graph.relations import RELATION_TYPES
 
 if TYPE_CHECKING:
     from loader.graph.catalogue import GraphNode
-
-RELATION_TYPES = ["references", "supersedes", "supplements", "contradicts", "depicts"]
 
 
 @click.command()

@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from loader.graph.metadata import DOC_TYPES, STOP_WORDS, DocumentMetadata, TocEntry
+from loader.graph.relations import RELATION_TYPES
 from loader.providers.chat import ChatClient
 
-RELATION_TYPES = ("references", "supersedes", "supplements", "contradicts", "depicts")
 MAX_CANDIDATES = 15
 INPUT_TOKENS = 1500
 """Budget for the document's own text in the request (estimated at 4 characters a token)."""
@@ -42,7 +42,8 @@ MAX_TOC = 200
 MAX_SUMMARY = 800
 MAX_EVIDENCE = 200
 
-SYSTEM_PROMPT = """You describe one document of a knowledge base. Answer with ONE JSON object \
+SYSTEM_PROMPT = (
+    """You describe one document of a knowledge base. Answer with ONE JSON object \
 and nothing else (no prose, no code fence), with these keys:
   "summary": 1 to 3 sentences saying what the document is about;
   "doc_type": one of "policy", "manual", "technical_spec", "report", "reference", "general";
@@ -50,9 +51,12 @@ and nothing else (no prose, no code fence), with these keys:
   "toc": the outline, a list of {"title": string, "level": 1-6, "chunk_start": int, \
 "chunk_end": int} using the chunk numbers shown ([chunk N]), in document order;
   "relations": a list of {"to" or "from": a candidate id such as "D3", "relation_type": one of \
-"references", "supersedes", "supplements", "contradicts", "depicts", "evidence": a short reason} \
+"""
+    + ", ".join(f'"{kind}"' for kind in RELATION_TYPES)
+    + """, "evidence": a short reason} \
 for candidates this document clearly relates to ("to": this document -> candidate, "from": \
 candidate -> this document); [] when none or when no candidates are listed."""
+)
 
 
 @dataclasses.dataclass(frozen=True)
