@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -53,3 +54,31 @@ def setting_option(name: str, *param_decls: str, **kwargs: Any) -> Callable[[F],
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+
+
+def _more_verbose(ctx: click.Context, param: click.Parameter, count: int) -> None:
+    """Lower the log level by one step per ``-v`` (``-vv``: debug), on top of the group's."""
+    if count:
+        root = logging.getLogger()
+        root.setLevel(max(logging.DEBUG, min(root.level, logging.WARNING) - 10 * count))
+
+
+VERBOSE_HELP = "More log output (-vv for debug)."
+
+
+def accept_verbose(command: click.Command) -> None:
+    """Give ``command`` (and every subcommand of a group) the root's ``-v/--verbose``, so
+    ``pgkb ingest -v`` means what ``pgkb -v ingest`` does."""
+    if not any("--verbose" in getattr(p, "opts", ()) for p in command.params):
+        command.params.append(
+            click.Option(
+                ["-v", "--verbose"],
+                count=True,
+                expose_value=False,
+                callback=_more_verbose,
+                help=VERBOSE_HELP,
+            )
+        )
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            accept_verbose(sub)

@@ -149,9 +149,9 @@ def ingest(
         prune_max_fraction=prune_max_fraction,
         source_root=source_root,
     )
-    if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
-        # failures and the summary are printed below; per-file lines come with -v
-        logging.getLogger("loader.ingest").setLevel(logging.CRITICAL)
+    # failures and the summary are printed below; per-file lines come with -v
+    quiet = logging.getLogger().getEffectiveLevel() >= logging.WARNING
+    logging.getLogger("loader.ingest").setLevel(logging.CRITICAL if quiet else logging.NOTSET)
     bar = _Bar() if (sys.stderr.isatty() and not as_json) else None
     try:
         report = ingest_paths(

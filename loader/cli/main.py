@@ -13,14 +13,19 @@ from typing import Any
 
 import click
 
-from loader.cli.base import App, setting_option
+from loader.cli.base import VERBOSE_HELP, App, accept_verbose, setting_option
 from loader.errors import PgkbError
 
 __all__ = ["cli", "main"]
 
 
 class PgkbGroup(click.Group):
-    """A group that turns :class:`PgkbError` (and a few library errors) into clean messages."""
+    """A group that turns :class:`PgkbError` (and a few library errors) into clean messages,
+    and gives every command it holds the ``-v/--verbose`` option."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        accept_verbose(cmd)
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -65,7 +70,7 @@ class PgkbGroup(click.Group):
     help="PostgreSQL URL; unset: pgkb's embedded server in the data directory.",
 )
 @setting_option("data_dir", help="Where the embedded server keeps its data.")
-@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)
 @click.version_option(package_name="pgkb", prog_name="pgkb")
 @click.pass_context
 def cli(
