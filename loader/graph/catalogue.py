@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 from psycopg.rows import class_row
 
 from loader.db import queries
@@ -49,7 +50,7 @@ class GraphNode:
         return dataclasses.asdict(self)
 
 
-def find_document(conn: Any, ref: str) -> str:
+def find_document(conn: psycopg.Connection[Any], ref: str) -> str:
     """The id of the document ``ref`` names: its uuid, its source_uri, or the end of exactly one
     source_uri (``sql-createindex.html``). :class:`DocumentNotFound` otherwise."""
     ref = ref.strip()
@@ -79,14 +80,14 @@ def find_document(conn: Any, ref: str) -> str:
 
 
 def list_documents(
-    conn: Any, category: str | None = None, limit: int = 10_000
+    conn: psycopg.Connection[Any], category: str | None = None, limit: int = 10_000
 ) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=class_row(queries.DocumentListRow)) as cur:
         rows = cur.execute(queries.LIST_DOCUMENTS, {"category": category, "limit": limit})
         return [dataclasses.asdict(row) for row in rows.fetchall()]
 
 
-def show_document(conn: Any, document_id: str) -> dict[str, Any]:
+def show_document(conn: psycopg.Connection[Any], document_id: str) -> dict[str, Any]:
     with conn.cursor(row_factory=class_row(queries.DocumentDetailRow)) as cur:
         row = cur.execute(queries.SHOW_DOCUMENT, (document_id,)).fetchone()
     if row is None:
@@ -107,7 +108,7 @@ def show_document(conn: Any, document_id: str) -> dict[str, Any]:
 
 
 def explore(
-    conn: Any,
+    conn: psycopg.Connection[Any],
     *,
     start: uuid.UUID | str | None = None,
     query: str | None = None,
@@ -145,7 +146,7 @@ def explore(
 
 
 def catalogue_for_question(
-    conn: Any,
+    conn: psycopg.Connection[Any],
     question: str,
     *,
     filters: dict[str, Any] | None = None,
@@ -169,7 +170,7 @@ def catalogue_for_question(
 
 
 def _edges_among(
-    conn: Any, ids: list[str], filters: dict[str, Any] | None
+    conn: psycopg.Connection[Any], ids: list[str], filters: dict[str, Any] | None
 ) -> dict[str, list[dict[str, Any]]]:
     if not ids:
         return {}
@@ -205,7 +206,7 @@ def format_catalogue(nodes: Sequence[GraphNode], summary_chars: int = 240) -> st
 
 
 def related_from_graph(
-    conn: Any,
+    conn: psycopg.Connection[Any],
     document_ids: Sequence[uuid.UUID],
     *,
     filters: dict[str, Any] | None = None,

@@ -30,6 +30,7 @@ from typing import Any
 from loader.graph.metadata import DOC_TYPES, STOP_WORDS, DocumentMetadata, TocEntry
 from loader.graph.relations import RELATION_TYPES
 from loader.providers.chat import ChatClient
+from loader.settings import Settings
 
 MAX_CANDIDATES = 15
 INPUT_TOKENS = 1500
@@ -319,7 +320,7 @@ def _parse_edges(raw: Any, document_id: str, candidates: Sequence[Candidate]) ->
 # --- the calls ----------------------------------------------------------------------------------
 
 
-def chat_client(settings: Any) -> ChatClient:
+def chat_client(settings: Settings) -> ChatClient:
     """The chat client for metadata: at most one retry per document (ingestion moves on to the
     deterministic metadata rather than wait)."""
     return ChatClient(settings, max_retries=min(settings.chat_max_retries, 1))

@@ -23,12 +23,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 from psycopg.rows import class_row
 
 from loader.db import queries
 from loader.graph import llm
 from loader.graph.links import Link, MentionIndex
 from loader.graph.metadata import ChunkLike, DocumentMetadata, TocEntry, deterministic
+from loader.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,7 @@ class GraphWriter:
 
     def write(
         self,
-        conn: Any,
+        conn: psycopg.Connection[Any],
         document_id: Any,
         *,
         source_uri: str,
@@ -108,19 +110,19 @@ class GraphWriter:
         self.written.append(_Written(str(document_id), title, source_uri, content_sha, is_new))
         self.seconds += time.perf_counter() - started
 
-    def finish(self, conn: Any, settings: Any = None) -> GraphStats:
+    def finish(self, conn: psycopg.Connection[Any], settings: Settings | None = None) -> GraphStats:
         """Mention edges for the documents written, then the chat model's part (if any)."""
         started = time.perf_counter()
         if self.written:
             self._mentions(conn)
         self.seconds += time.perf_counter() - started
-        if self.written and settings is not None and getattr(settings, "chat_model", None):
+        if self.written and settings is not None and settings.chat_model:
             started = time.perf_counter()
             enrich_documents(conn, settings, [w.document_id for w in self.written], self.stats)
             self.seconds += time.perf_counter() - started
         return self.stats
 
-    def _mentions(self, conn: Any) -> None:
+    def _mentions(self, conn: psycopg.Connection[Any]) -> None:
         with conn.cursor(row_factory=class_row(queries.DocumentNameRow)) as cur:
             documents = [
                 (r.document_id, r.title, r.source_uri)
@@ -177,7 +179,11 @@ class GraphWriter:
 
 
 def store_metadata(
-    conn: Any, document_id: Any, metadata: DocumentMetadata, *, content_sha: str | None = None
+    conn: psycopg.Connection[Any],
+    document_id: Any,
+    metadata: DocumentMetadata,
+    *,
+    content_sha: str | None = None,
 ) -> bool:
     """Write ``metadata`` to the document; with ``content_sha``, only if it still has that
     content (False: deleted or changed meanwhile, nothing written)."""
@@ -198,7 +204,12 @@ def store_metadata(
     return bool(conn.execute(query, params).rowcount)
 
 
-def enrich_documents(conn: Any, settings: Any, document_ids: Sequence[str], stats: Any) -> None:
+def enrich_documents(
+    conn: psycopg.Connection[Any],
+    settings: Settings,
+    document_ids: Sequence[str],
+    stats: GraphStats,
+) -> None:
     """The chat model's metadata and edges for ``document_ids``; never raises for the model."""
     try:
         client = llm.chat_client(settings)
@@ -206,21 +217,21 @@ def enrich_documents(conn: Any, settings: Any, document_ids: Sequence[str], stat
         log.warning("chat model unusable, keeping deterministic metadata: %s", exc)
         stats.llm_fallbacks += len(document_ids)
         return
-    with conn.cursor(row_factory=class_row(queries.DocumentProfileRow)) as cur:
+    with conn.cursor(row_factory=class_row(queries.DocumentProfileRow)) as profile_cur:
         profiles = [
             (r.document_id, r.title, r.summary, list(r.key_entities or []))
-            for r in cur.execute(queries.DOCUMENT_PROFILES).fetchall()
+            for r in profile_cur.execute(queries.DOCUMENT_PROFILES).fetchall()
         ]
     conn.commit()
     for document_id in document_ids:
-        with conn.cursor(row_factory=class_row(queries.DocumentForMetadataRow)) as cur:
-            row = cur.execute(queries.DOCUMENT_FOR_METADATA, (document_id,)).fetchone()
+        with conn.cursor(row_factory=class_row(queries.DocumentForMetadataRow)) as document_cur:
+            row = document_cur.execute(queries.DOCUMENT_FOR_METADATA, (document_id,)).fetchone()
         chunks: list[tuple[int, str, str]] = []
         if row is not None:
-            with conn.cursor(row_factory=class_row(queries.ChunkTextRow)) as cur:
+            with conn.cursor(row_factory=class_row(queries.ChunkTextRow)) as chunk_cur:
                 chunks = [
                     (c.chunk_index, c.heading_path, c.content)
-                    for c in cur.execute(queries.FIRST_CHUNKS, (document_id,)).fetchall()
+                    for c in chunk_cur.execute(queries.FIRST_CHUNKS, (document_id,)).fetchall()
                 ]
         conn.commit()
         if row is None:
@@ -273,6 +284,6 @@ def enrich_documents(conn: Any, settings: Any, document_ids: Sequence[str], stat
         stats.llm_documents += 1
 
 
-def _chunk_texts(conn: Any, document_id: str) -> list[str]:
+def _chunk_texts(conn: psycopg.Connection[Any], document_id: str) -> list[str]:
     """The text of a document's first :data:`MENTION_CHUNKS` chunks, in order."""
     return [r[0] for r in conn.execute(queries.CHUNK_TEXTS, (document_id, MENTION_CHUNKS))]

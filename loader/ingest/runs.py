@@ -15,12 +15,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
+
 from loader.db import queries
+from loader.ingest.report import IngestReport
 
 log = logging.getLogger(__name__)
 
 
-def _reset(conn: Any) -> None:
+def _reset(conn: psycopg.Connection[Any]) -> None:
     from psycopg.pq import TransactionStatus
 
     if conn.info.transaction_status != TransactionStatus.IDLE:
@@ -28,12 +31,15 @@ def _reset(conn: Any) -> None:
 
 
 @contextmanager
-def record_run(conn: Any, paths: Sequence[str | os.PathLike[str]], report: Any) -> Iterator[None]:
+def record_run(
+    conn: psycopg.Connection[Any], paths: Sequence[str | os.PathLike[str]], report: IngestReport
+) -> Iterator[None]:
     """Record the run in ``kb.ingest_runs``: start now, end (from ``report.to_dict()``) after the
     block, or exit code 2 with the error when the block raises (the error propagates)."""
     _reset(conn)
     row = conn.execute(queries.INGEST_RUN_BEGIN, ([os.fspath(p) for p in paths],)).fetchone()
     conn.commit()
+    assert row is not None  # kb.ingest_run_begin returns the new run id
     run_id = int(row[0])
     try:
         yield
@@ -46,7 +52,7 @@ def record_run(conn: Any, paths: Sequence[str | os.PathLike[str]], report: Any) 
     _finish(conn, run_id, report.to_dict())
 
 
-def _finish(conn: Any, run_id: int, data: dict[str, Any]) -> None:
+def _finish(conn: psycopg.Connection[Any], run_id: int, data: dict[str, Any]) -> None:
     try:
         _reset(conn)
         conn.execute(queries.INGEST_RUN_END, (run_id, json.dumps(data, default=str)))

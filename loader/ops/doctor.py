@@ -25,6 +25,8 @@ import dataclasses
 import re
 from typing import Any
 
+import psycopg
+
 from loader.db import queries
 from loader.errors import PgkbError
 from loader.settings import Settings
@@ -86,12 +88,12 @@ def _skip(name: str, why: str) -> Check:
     return Check(name, "skip", why, EXPLAIN[name])
 
 
-def _rollback(conn: Any) -> None:
+def _rollback(conn: psycopg.Connection[Any]) -> None:
     if conn.info.transaction_status != 0:
         conn.rollback()
 
 
-def function_drift(conn: Any) -> list[str]:
+def function_drift(conn: psycopg.Connection[Any]) -> list[str]:
     """Names of kb functions that differ from their file (or are missing, extra, overloaded).
 
     Re-runs every file of sql_functions/ in a transaction that is rolled back, and compares
@@ -163,7 +165,7 @@ def run_checks(settings: Settings) -> list[Check]:
     checks: list[Check] = []
     try:
         url = database_url(settings)
-        conn: Any = connect(url, register=False)
+        conn: psycopg.Connection[Any] = connect(url, register=False)
     except PgkbError as exc:
         checks.append(
             _check(
@@ -178,6 +180,7 @@ def run_checks(settings: Settings) -> list[Check]:
         return checks
     try:
         version = conn.execute(queries.SERVER_VERSION).fetchone()
+        assert version is not None
         checks.append(_check("server", True, f"{redact(url)}: PostgreSQL {version[0]}"))
 
         row = conn.execute(queries.PGVECTOR_INSTALLED).fetchone()
@@ -319,7 +322,8 @@ def run_checks(settings: Settings) -> list[Check]:
             )
         _rollback(conn)
 
-        public_create = bool(conn.execute(queries.PUBLIC_MAY_CREATE).fetchone()[0])
+        may_create = conn.execute(queries.PUBLIC_MAY_CREATE).fetchone()
+        public_create = bool(may_create is not None and may_create[0])
         _rollback(conn)
         checks.append(
             _check(
@@ -336,7 +340,7 @@ def run_checks(settings: Settings) -> list[Check]:
     return checks
 
 
-def _indexes_check(conn: Any) -> Check:
+def _indexes_check(conn: psycopg.Connection[Any]) -> Check:
     """No invalid kb index, and every model (up to 2,000 dims) has its HNSW index, unless a load
     holding the ingestion lock dropped it for a bulk load and builds it when it ends."""
     from loader.ingest.writer import lock_holder

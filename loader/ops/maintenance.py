@@ -8,11 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
+
 from loader.db import queries
 
 
 def build_missing(
-    conn: Any, hnsw: tuple[int, int] | None = None, progress: Callable[[str], None] | None = None
+    conn: psycopg.Connection[Any],
+    hnsw: tuple[int, int] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Build the HNSW index of every model that lacks it (a bulk load killed before building it
     again; see :mod:`loader.ingest.bulk_index`), with ``hnsw`` = (m, ef_construction), None =
@@ -51,7 +55,9 @@ def build_missing(
     return done
 
 
-def reindex(conn: Any, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def reindex(
+    conn: psycopg.Connection[Any], progress: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
     """Rebuild every kb index concurrently (invalid ones included); ``conn`` in autocommit.
 
     One row per index: ``index``, ``was_invalid`` and ``error`` (None, or why the rebuild failed:
@@ -72,7 +78,9 @@ def reindex(conn: Any, progress: Callable[[str], None] | None = None) -> list[di
     return done
 
 
-def vacuum(conn: Any, progress: Callable[[str], None] | None = None) -> list[str]:
+def vacuum(
+    conn: psycopg.Connection[Any], progress: Callable[[str], None] | None = None
+) -> list[str]:
     """VACUUM (ANALYZE) every kb table; ``conn`` in autocommit."""
     from psycopg import sql
 

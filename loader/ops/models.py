@@ -20,11 +20,17 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import psycopg
 
 from loader.db import queries
 from loader.errors import ConfigError, ModelMismatchError, PgkbError
 from loader.settings import Settings
+
+if TYPE_CHECKING:
+    from loader.ingest.chunking import Chunker
+    from loader.providers.embeddings import Embedder
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +42,7 @@ Model = queries.ModelInfo
 """A registered model with its coverage (a row of ``kb.models()``)."""
 
 
-def list_models(conn: Any) -> list[Model]:
+def list_models(conn: psycopg.Connection[Any]) -> list[Model]:
     from psycopg.rows import class_row
 
     with conn.cursor(row_factory=class_row(Model)) as cur:
@@ -45,7 +51,7 @@ def list_models(conn: Any) -> list[Model]:
     return list(models)
 
 
-def find_model(conn: Any, name: str, dims: int | None = None) -> Model:
+def find_model(conn: psycopg.Connection[Any], name: str, dims: int | None = None) -> Model:
     """The registered model ``name`` (and ``dims``), or :class:`PgkbError` listing the others."""
     models = list_models(conn)
     found = [m for m in models if m.name == name and (dims is None or m.dims == dims)]
@@ -66,7 +72,7 @@ def find_model(conn: Any, name: str, dims: int | None = None) -> Model:
 
 
 def add_model(
-    conn: Any,
+    conn: psycopg.Connection[Any],
     name: str,
     dims: int,
     provider: str,
@@ -102,7 +108,7 @@ def add_model(
     return find_model(conn, name, dims)
 
 
-def _sql_error(conn: Any, exc: Exception) -> PgkbError:
+def _sql_error(conn: psycopg.Connection[Any], exc: Exception) -> PgkbError:
     if conn.info.transaction_status != 0:
         conn.rollback()
     diag = getattr(exc, "diag", None)
@@ -110,7 +116,7 @@ def _sql_error(conn: Any, exc: Exception) -> PgkbError:
     return PgkbError(message, hint=diag.message_hint if diag else None)
 
 
-def activate(conn: Any, name: str, dims: int | None = None) -> Model:
+def activate(conn: psycopg.Connection[Any], name: str, dims: int | None = None) -> Model:
     """Make the model the active one (atomic); refused while chunks lack its vectors."""
     import psycopg
 
@@ -123,7 +129,7 @@ def activate(conn: Any, name: str, dims: int | None = None) -> Model:
     return find_model(conn, name, model.dims)
 
 
-def drop(conn: Any, name: str, dims: int | None = None) -> int:
+def drop(conn: psycopg.Connection[Any], name: str, dims: int | None = None) -> int:
     """Remove a (non-active) model with its vectors and index; the number of vectors removed."""
     import psycopg
 
@@ -133,6 +139,7 @@ def drop(conn: Any, name: str, dims: int | None = None) -> int:
         conn.commit()
     except (psycopg.errors.ObjectNotInPrerequisiteState, psycopg.errors.NoDataFound) as exc:
         raise _sql_error(conn, exc) from None
+    assert row is not None  # kb.drop_model returns the number of vectors dropped
     return int(row[0])
 
 
@@ -196,7 +203,7 @@ class ReembedReport:
         return dataclasses.asdict(self)
 
 
-def embed_text(chunker: Any, title: str, heading_path: str, content: str) -> str:
+def embed_text(chunker: Chunker, title: str, heading_path: str, content: str) -> str:
     """The text the model reads for a stored chunk: the prefix ingestion gives it (title and
     heading path, shortened to the chunk budget) + the content."""
     path = tuple(heading_path.split(" > ")) if heading_path else ()
@@ -211,7 +218,7 @@ def reembed(
     batch_size: int | None = None,
     wait: bool = True,
     progress: ProgressCallback | None = None,
-    embedder: Any = None,
+    embedder: Embedder | None = None,
 ) -> ReembedReport:
     """Embed every chunk that has no vector of model ``name`` with it, beside the active model.
 
@@ -257,10 +264,10 @@ def reembed(
 
 
 def _reembed_batches(
-    conn: Any,
+    conn: psycopg.Connection[Any],
     model: Model,
-    embedder: Any,
-    chunker: Any,
+    embedder: Embedder,
+    chunker: Chunker,
     size: int,
     report: ReembedReport,
     progress: ProgressCallback | None,

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from loader.db import queries
 from loader.errors import PgkbError
 
@@ -27,7 +29,7 @@ class NothingMatched(PgkbError):
     exit_code = 1
 
 
-def parse_interval(conn: Any, text: str) -> str:
+def parse_interval(conn: psycopg.Connection[Any], text: str) -> str:
     """The PostgreSQL interval ``text`` denotes (``90d`` -> ``90 days``), validated by the server.
 
     Raises :class:`PgkbError` naming the value when it is not an interval or is negative."""
@@ -50,13 +52,14 @@ def parse_interval(conn: Any, text: str) -> str:
         conn.rollback()
         raise PgkbError(f"--older-than {text!r} is not an interval", hint=hint) from None
     conn.rollback()
+    assert row is not None  # SELECT %s::interval::text: always one row
     value = str(row[0])
     if value.startswith("-"):
         raise PgkbError(f"--older-than {text!r} is negative", hint=hint)
     return value
 
 
-def stale(conn: Any, older_than: str) -> list[dict[str, Any]]:
+def stale(conn: psycopg.Connection[Any], older_than: str) -> list[dict[str, Any]]:
     """The documents not updated for longer than ``older_than`` (an interval text), oldest
     first, as dicts (``document_id`` as text)."""
     from psycopg.rows import class_row
@@ -108,7 +111,7 @@ def _candidates(target: str, source_root: Path | None) -> list[str]:
 
 
 def remove(
-    conn: Any,
+    conn: psycopg.Connection[Any],
     targets: Sequence[str],
     *,
     source_like: str | None = None,

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
 from loader.db import queries
 from loader.errors import PgkbError
 
 
 def grant(
-    conn: Any,
+    conn: psycopg.Connection[Any],
     role: str,
     *,
     read: bool,
@@ -49,7 +51,9 @@ def grant(
                 hint="use e.g. 5s, 500ms, 2min",
             ) from None
         conn.rollback()
-    database = conn.execute(queries.CURRENT_DATABASE).fetchone()[0]
+    current = conn.execute(queries.CURRENT_DATABASE).fetchone()
+    assert current is not None
+    database = current[0]
     vector_schema = conn.execute(queries.VECTOR_SCHEMA).fetchone()
     conn.rollback()
     path = ["kb"] + ([vector_schema[0]] if vector_schema and vector_schema[0] != "kb" else [])

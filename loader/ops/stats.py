@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
 from loader.db import queries
 
 
-def stats(conn: Any, last_runs: int = 5) -> dict[str, Any]:
+def stats(conn: psycopg.Connection[Any], last_runs: int = 5) -> dict[str, Any]:
     row = conn.execute(queries.KB_STATS, (last_runs,)).fetchone()
     conn.rollback()
+    assert row is not None  # an aggregate: always one row
     return dict(row[0])
 
 
