@@ -393,4 +393,21 @@ def load_settings(
         if raw is not None:
             values[name] = _coerce(name, raw, f"option --{name.replace('_', '-')}")
 
+    if "data_dir" not in values and not values.get("database_url"):
+        _refuse_data_dir_without_home()
     return Settings(**values).validate()
+
+
+def _refuse_data_dir_without_home() -> None:
+    """No data folder and no database URL configured, and no ``HOME`` to find the user's data
+    folder by (cron, ``env -i``): the folder derived without it is not the user's, and starting
+    the embedded server there would serve a second, empty knowledge base."""
+    if os.name != "posix" or os.environ.get("HOME"):
+        return
+    raise ConfigError(
+        "HOME is not set (as under cron or `env -i`), so pgkb cannot find your data folder: it "
+        f"would start a second, empty database in {_user_data_dir()}",
+        hint="set PGKB_DATA_DIR to the folder holding your knowledge base's pgdata/ (in your "
+        "own shell, `pgkb db url` shows it: host=<folder>/pgdata), or PGKB_DATABASE_URL to its "
+        "server, e.g. at the start of the crontab line",
+    )

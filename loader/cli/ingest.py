@@ -176,5 +176,7 @@ def ingest(
         click.echo(summary_line(data), err=True)
     if report.aborted:
         click.secho(f"Error: {report.aborted}", fg="red", err=True)
+        if report.hint:
+            click.echo(f"  hint: {report.hint}", err=True)
     if report.exit_code:
         click.get_current_context().exit(report.exit_code)

@@ -3,57 +3,114 @@
 Heavy imports (the embedding model, the database driver's extras) happen inside the commands that
 need them, so ``pgkb --help`` is instant. Every error pgkb raises on purpose is a
 :class:`~loader.errors.PgkbError` and is printed as one message with a hint, never a traceback;
-exit codes: 0 success, 1 some inputs failed, 2 configuration or connection error.
+exit codes: 0 success, 1 some inputs failed, 2 configuration or connection error. With
+``--json``, an error is also one JSON object on stdout (``error``, ``hint``, ``exit_code``), so a
+scheduler never reads empty output.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import click
 
-from loader.cli.base import VERBOSE_HELP, App, accept_verbose, setting_option
-from loader.errors import PgkbError
+from loader.cli.base import VERBOSE_HELP, App, accept_verbose, emit_json, setting_option
+from loader.errors import ConfigError, DatabaseError, PgkbError
 
 __all__ = ["cli", "main"]
 
 
+JSON_FLAG = "--json"
+
+
+def wants_json(args: Sequence[str]) -> bool:
+    """Whether the command line asks for JSON output (``--json`` before any ``--``)."""
+    args = list(args)
+    return JSON_FLAG in (args[: args.index("--")] if "--" in args else args)
+
+
+def fail(ctx: click.Context, message: str, hint: str, exit_code: int) -> NoReturn:
+    """Report an error and exit: with ``--json``, one JSON object (``error``, ``hint``,
+    ``exit_code``) on stdout, for schedulers; always the message and hint on stderr."""
+    from loader.safety import redact
+
+    message, hint = redact(message), redact(hint)
+    if ctx.meta.get(JSON_FLAG):
+        emit_json({"error": message, "hint": hint, "exit_code": exit_code})
+    click.secho(f"Error: {message}", fg="red", err=True)
+    if hint:
+        click.echo(f"  hint: {hint}", err=True)
+    ctx.exit(exit_code)
+
+
+DEFAULT_HINTS: dict[type[PgkbError], str] = {
+    ConfigError: "check the setting named above (option, PGKB_* variable or pgkb.toml)",
+    DatabaseError: "check that the server is running; `pgkb db url` shows which",
+}
+
+
 class PgkbGroup(click.Group):
-    """A group that turns :class:`PgkbError` (and a few library errors) into clean messages,
-    and gives every command it holds the ``-v/--verbose`` option."""
+    """A group that turns :class:`PgkbError` (and a few library errors) into clean messages
+    (one JSON object on stdout with ``--json``), and gives every command it holds the
+    ``-v/--verbose`` option."""
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         accept_verbose(cmd)
         super().add_command(cmd, name)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[JSON_FLAG] = wants_json(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.ClickException as exc:
+            if not ctx.meta[JSON_FLAG]:
+                raise
+            fail(ctx, exc.format_message(), _usage_hint(exc), exc.exit_code)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except PgkbError as exc:
-            from loader.safety import redact
-
-            click.secho(f"Error: {redact(exc.message)}", fg="red", err=True)
-            if exc.hint:
-                click.echo(f"  hint: {redact(exc.hint)}", err=True)
-            ctx.exit(exc.exit_code)
+            hint = exc.hint or next(
+                (h for kind, h in DEFAULT_HINTS.items() if isinstance(exc, kind)),
+                "`pgkb doctor` checks the settings, the database and the models",
+            )
+            fail(ctx, exc.message, hint, exc.exit_code)
+        except (click.exceptions.Exit, click.Abort):
+            raise  # a command's own exit code (its output already printed), or Ctrl-C in a prompt
+        except click.ClickException as exc:  # a subcommand's bad option or argument
+            if not ctx.meta.get(JSON_FLAG):
+                raise
+            fail(ctx, exc.format_message(), _usage_hint(exc), exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(130)
+            fail(ctx, "interrupted", "run the command again; committed work is kept", 130)
         except Exception as exc:
             import psycopg
 
             if not isinstance(exc, psycopg.OperationalError):
+                if ctx.meta.get(JSON_FLAG):  # a bug: still one JSON object, then the traceback
+                    emit_json(
+                        {
+                            "error": f"unexpected {type(exc).__name__}: {exc}",
+                            "hint": "this is a bug in pgkb; the traceback follows on stderr",
+                            "exit_code": 1,
+                        }
+                    )
                 raise
-            from loader.safety import redact
+            fail(
+                ctx,
+                f"the database connection failed: {exc}",
+                "check that the server is running; `pgkb db url` shows which",
+                2,
+            )
 
-            click.secho(
-                f"Error: the database connection failed: {redact(str(exc))}", fg="red", err=True
-            )
-            click.echo(
-                "  hint: check that the server is running; `pgkb db url` shows which", err=True
-            )
-            ctx.exit(2)
+
+def _usage_hint(exc: click.ClickException) -> str:
+    context = getattr(exc, "ctx", None)
+    command = context.command_path if context is not None else "pgkb"
+    return f"`{command} --help` lists the options and arguments"
 
 
 @click.group(cls=PgkbGroup, context_settings={"help_option_names": ["-h", "--help"]})

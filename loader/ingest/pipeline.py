@@ -194,7 +194,7 @@ def ingest_paths(
         except PgkbError as exc:
             if isinstance(exc, ConfigError | DatabaseError):
                 raise
-            report.aborted = str(exc)
+            report.aborted, report.hint = exc.message, exc.hint
             log.error("run stopped: %s", exc)
         if prune and not report.aborted:
             with report.phase("prune"):

@@ -37,6 +37,8 @@ class IngestReport:
     (``hnsw_bulk_threshold``; its build time is ``seconds["index"]``)."""
     aborted: str | None = None
     """Why the run stopped early (a run-level error), or None."""
+    hint: str | None = None
+    """What to do about ``aborted``."""
 
     def fail(self, source: str, reason: str) -> None:
         self.failed.append({"source": source, "reason": reason})
@@ -61,4 +63,7 @@ class IngestReport:
         data = dataclasses.asdict(self)
         data["seconds"] = {k: round(v, 3) for k, v in self.seconds.items()}
         data["exit_code"] = self.exit_code
+        if self.aborted:  # what every failed --json run prints: error and hint
+            data["error"] = self.aborted
+            data["hint"] = self.hint or "run again with -v to see what stopped it"
         return data

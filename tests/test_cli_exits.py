@@ -1,0 +1,142 @@
+"""What a scheduler reads when a run fails: with ``--json``, every exit prints one JSON object
+with ``error`` and ``hint`` on stdout (never empty stdout), and a run under cron's empty
+environment (no ``HOME``) refuses instead of starting a second, empty database."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from loader.cli import cli
+from loader.ingest.writer import INGEST_LOCK_KEY
+
+REPO = Path(__file__).resolve().parent.parent
+UNREACHABLE = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=3"
+
+
+def _one_json_error(stdout: str) -> dict[str, Any]:
+    """stdout holds exactly one JSON object, with a non-empty error and hint."""
+    data = json.loads(stdout)  # raises on empty output or on two objects
+    assert isinstance(data, dict), stdout
+    assert isinstance(data.get("error"), str) and data["error"], data
+    assert isinstance(data.get("hint"), str) and data["hint"], data
+    return data
+
+
+def _invoke(args: list[str], env: dict[str, str | None]) -> Result:
+    return CliRunner().invoke(cli, args, env=env)
+
+
+def test_lock_held_with_no_wait(cli_env: dict[str, str], db_url: str, tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nSome text.\n", encoding="utf-8")
+    with psycopg.connect(db_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (INGEST_LOCK_KEY,))
+        result = _invoke(["ingest", str(folder), "--no-wait", "--json"], dict(cli_env))
+    assert result.exit_code == 2, result.output
+    data = _one_json_error(result.stdout)
+    assert "another pgkb ingest is running" in data["error"]
+    assert "--wait" in data["hint"] and data["exit_code"] == 2
+    assert "Error:" in result.stderr  # people reading the log still get the message
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["stats", "--json"],
+        ["search", "vacuum", "--json"],
+        ["doctor", "--json"],
+    ],
+)
+def test_database_unreachable(args: list[str], tmp_path: Path) -> None:
+    env: dict[str, str | None] = {"PGKB_DATABASE_URL": UNREACHABLE}
+    result = _invoke(args, env)
+    if args[0] == "doctor":  # doctor reports the failed check in its own JSON, exit 2
+        assert result.exit_code != 0
+        assert json.loads(result.stdout)
+        return
+    assert result.exit_code == 2, result.output
+    data = _one_json_error(result.stdout)
+    assert "127.0.0.1" in data["error"] or "connect" in data["error"]
+
+
+def test_bad_settings(tmp_path: Path) -> None:
+    env: dict[str, str | None] = {
+        "PGKB_DATABASE_URL": UNREACHABLE,
+        "PGKB_CHUNK_TOKENS": "many",
+    }
+    result = _invoke(["ingest", str(tmp_path), "--json"], env)
+    assert result.exit_code == 2, result.output
+    data = _one_json_error(result.stdout)
+    assert "PGKB_CHUNK_TOKENS" in data["error"]
+
+    missing = _invoke(["--config", str(tmp_path / "absent.toml"), "stats", "--json"], {})
+    assert missing.exit_code == 2, missing.output
+    assert "absent.toml" in _one_json_error(missing.stdout)["error"]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["ingest", "--json", "--no-such-option", "x"], "--no-such-option"),
+        (["ingest", "--json"], "PATHS"),
+        (["search", "--json", "--limit", "many", "q"], "many"),
+        (["no-such-command", "--json"], "no-such-command"),
+        (["--no-such-root-option", "stats", "--json"], "--no-such-root-option"),
+        (["db", "status", "--json", "extra"], "extra"),
+    ],
+)
+def test_usage_errors(args: list[str], named: str) -> None:
+    result = _invoke(args, {"PGKB_DATABASE_URL": UNREACHABLE})
+    assert result.exit_code == 2, result.output
+    data = _one_json_error(result.stdout)
+    assert named in data["error"]
+    assert "--help" in data["hint"]
+
+
+def test_without_json_stdout_stays_empty_on_errors(tmp_path: Path) -> None:
+    result = _invoke(["stats"], {"PGKB_DATABASE_URL": UNREACHABLE})
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "Error:" in result.stderr
+
+
+def test_no_home_refuses_naming_the_settings(tmp_path: Path) -> None:
+    result = _invoke(["stats", "--json"], {"HOME": None})
+    assert result.exit_code == 2, result.output
+    data = _one_json_error(result.stdout)
+    assert "HOME is not set" in data["error"]
+    assert "PGKB_DATA_DIR" in data["hint"] and "PGKB_DATABASE_URL" in data["hint"]
+    # with the data folder (or a URL) given, HOME is not needed
+    given = _invoke(["db", "url"], {"HOME": None, "PGKB_DATABASE_URL": "postgresql://h/kb"})
+    assert given.exit_code == 0, given.output
+
+
+def test_cron_environment_refuses_before_starting_a_database(tmp_path: Path) -> None:
+    """``env -i pgkb ingest --json DIR``, as cron runs it: exit 2, one JSON object, and no
+    server started nor data folder created."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nSome text.\n", encoding="utf-8")
+    env = {"PATH": os.defpath, "PYTHONPATH": str(REPO)}
+    run = subprocess.run(
+        [sys.executable, "-m", "loader.cli.main", "ingest", "--json", str(folder)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2, run.stderr
+    data = _one_json_error(run.stdout)
+    assert "HOME is not set" in data["error"] and "PGKB_DATA_DIR" in data["hint"]
+    assert not (tmp_path / ".local").exists()
