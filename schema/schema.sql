@@ -1,0 +1,492 @@
+-- The schema of a pgkb knowledge base at head: what the migrations in alembic/versions/ add up
+-- to. Read it to see every table, index, trigger, role and grant at once; the functions are in
+-- sql_functions/, one file each. Generated from a freshly migrated database by
+-- `python -m loader.devtools.schema URL` (pg_dump --schema-only, cleaned); never edit by hand:
+-- change the schema with a new migration, then regenerate. tests/test_schema_file.py fails when
+-- the two differ.
+-- pg_dump major version: 18
+
+-- roles (cluster-wide; the migrations create them when they are missing)
+CREATE ROLE kb_reader NOLOGIN;
+CREATE ROLE kb_writer NOLOGIN;
+
+-- schema: kb
+CREATE SCHEMA kb;
+
+-- extension: vector
+CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public;
+
+-- comment: EXTENSION vector
+COMMENT ON EXTENSION vector IS 'vector data type and ivfflat and hnsw access methods';
+
+-- table: alembic_version
+CREATE TABLE kb.alembic_version (
+    version_num character varying(32) NOT NULL
+);
+
+-- table: chunks
+CREATE TABLE kb.chunks (
+    id bigint NOT NULL,
+    document_id uuid NOT NULL,
+    chunk_index integer NOT NULL,
+    heading_path text DEFAULT ''::text NOT NULL,
+    content text NOT NULL,
+    content_sha text NOT NULL,
+    token_count integer NOT NULL,
+    tsv tsvector GENERATED ALWAYS AS ((setweight(to_tsvector('english'::regconfig, heading_path), 'A'::"char") || setweight(to_tsvector('english'::regconfig, content), 'D'::"char"))) STORED,
+    CONSTRAINT chunks_chunk_index_check CHECK ((chunk_index >= 0)),
+    CONSTRAINT chunks_token_count_check CHECK ((token_count >= 0))
+);
+
+-- comment: TABLE chunks
+COMMENT ON TABLE kb.chunks IS 'Passages of a document in order (chunk_index); tsv indexes heading_path (weight A) and content (weight D).';
+
+-- comment: COLUMN chunks.content_sha
+COMMENT ON COLUMN kb.chunks.content_sha IS 'sha256 of the text given to the embedding model; equal text reuses its embedding.';
+
+-- comment: COLUMN chunks.token_count
+COMMENT ON COLUMN kb.chunks.token_count IS 'Length of the chunk in tokens of the embedding model''s tokenizer.';
+
+-- sequence: chunks_id_seq
+ALTER TABLE kb.chunks ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME kb.chunks_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+-- table: corpus_stats
+CREATE TABLE kb.corpus_stats (
+    singleton boolean DEFAULT true NOT NULL,
+    chunk_count bigint DEFAULT 0 NOT NULL,
+    total_lexemes bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT corpus_stats_singleton_check CHECK (singleton)
+);
+
+-- comment: TABLE corpus_stats
+COMMENT ON TABLE kb.corpus_stats IS 'Single row: number of chunks and the sum of their lengths in distinct lexemes (length(tsv)), for BM25''s IDF and average chunk length.';
+
+-- table: document_links
+CREATE TABLE kb.document_links (
+    source_id uuid NOT NULL,
+    target_uri text NOT NULL,
+    href text NOT NULL,
+    anchor text DEFAULT ''::text NOT NULL,
+    CONSTRAINT document_links_target_uri_check CHECK ((btrim(target_uri) <> ''::text))
+);
+
+-- comment: TABLE document_links
+COMMENT ON TABLE kb.document_links IS 'Hyperlinks as extracted (href as written, target_uri resolved against the linking file, fragment dropped); the ones whose target_uri is an ingested document are also edges in kb.document_relations.';
+
+-- table: document_relations
+CREATE TABLE kb.document_relations (
+    source_id uuid NOT NULL,
+    target_id uuid NOT NULL,
+    relation_type text NOT NULL,
+    confidence real,
+    evidence text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    origin text DEFAULT 'link'::text NOT NULL,
+    CONSTRAINT document_relations_check CHECK ((source_id <> target_id)),
+    CONSTRAINT document_relations_confidence_check CHECK (((confidence >= (0)::double precision) AND (confidence <= (1)::double precision))),
+    CONSTRAINT document_relations_origin_check CHECK ((origin = ANY (ARRAY['link'::text, 'mention'::text, 'llm'::text]))),
+    CONSTRAINT document_relations_relation_type_check CHECK ((relation_type = ANY (ARRAY['references'::text, 'supersedes'::text, 'supplements'::text, 'contradicts'::text, 'depicts'::text])))
+);
+
+-- comment: TABLE document_relations
+COMMENT ON TABLE kb.document_relations IS 'Typed edges between documents: one per (source, target, type), no self-loops.';
+
+-- comment: COLUMN document_relations.evidence
+COMMENT ON COLUMN kb.document_relations.evidence IS 'Short text that shows the relation: anchor text, the mentioning sentence, or the model''s reason.';
+
+-- comment: COLUMN document_relations.origin
+COMMENT ON COLUMN kb.document_relations.origin IS 'link (a hyperlink), mention (title or file name named in the text) or llm (proposed by a chat model, validated).';
+
+-- table: documents
+CREATE TABLE kb.documents (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    source_uri text NOT NULL,
+    title text NOT NULL,
+    content_sha text NOT NULL,
+    category text,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    summary text,
+    doc_type text DEFAULT 'general'::text NOT NULL,
+    key_entities text[] DEFAULT '{}'::text[] NOT NULL,
+    toc jsonb DEFAULT '[]'::jsonb NOT NULL,
+    metadata_origin text,
+    metadata_sha text,
+    CONSTRAINT documents_doc_type_check CHECK ((doc_type = ANY (ARRAY['policy'::text, 'manual'::text, 'technical_spec'::text, 'report'::text, 'reference'::text, 'general'::text]))),
+    CONSTRAINT documents_metadata_check CHECK ((jsonb_typeof(metadata) = 'object'::text)),
+    CONSTRAINT documents_metadata_origin_check CHECK ((metadata_origin = ANY (ARRAY['heuristic'::text, 'llm'::text]))),
+    CONSTRAINT documents_source_uri_check CHECK ((btrim(source_uri) <> ''::text)),
+    CONSTRAINT documents_toc_check CHECK ((jsonb_typeof(toc) = 'array'::text))
+);
+
+-- comment: TABLE documents
+COMMENT ON TABLE kb.documents IS 'One row per source; source_uri is its identity for re-ingestion, content_sha skips unchanged sources.';
+
+-- comment: COLUMN documents.summary
+COMMENT ON COLUMN kb.documents.summary IS 'A few sentences saying what the document is about (lead sentences, or a chat model''s summary).';
+
+-- comment: COLUMN documents.doc_type
+COMMENT ON COLUMN kb.documents.doc_type IS 'policy, manual, technical_spec, report, reference or general.';
+
+-- comment: COLUMN documents.key_entities
+COMMENT ON COLUMN kb.documents.key_entities IS 'Names, identifiers and distinctive terms the document is about.';
+
+-- comment: COLUMN documents.toc
+COMMENT ON COLUMN kb.documents.toc IS 'Outline: array of {title, level, chunk_start, chunk_end} (chunk_index range, inclusive) in document order.';
+
+-- comment: COLUMN documents.metadata_origin
+COMMENT ON COLUMN kb.documents.metadata_origin IS 'Who made summary/doc_type/key_entities/toc: heuristic (deterministic) or llm.';
+
+-- comment: COLUMN documents.metadata_sha
+COMMENT ON COLUMN kb.documents.metadata_sha IS 'content_sha the metadata was made from; regenerated only when content_sha changes.';
+
+-- table: embedding_models
+CREATE TABLE kb.embedding_models (
+    id integer NOT NULL,
+    name text NOT NULL,
+    dims integer NOT NULL,
+    provider text NOT NULL,
+    is_active boolean DEFAULT false NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    config jsonb DEFAULT '{}'::jsonb NOT NULL,
+    CONSTRAINT embedding_models_config_check CHECK ((jsonb_typeof(config) = 'object'::text)),
+    CONSTRAINT embedding_models_dims_check CHECK (((dims >= 1) AND (dims <= 16000))),
+    CONSTRAINT embedding_models_name_check CHECK ((btrim(name) <> ''::text))
+);
+
+-- comment: TABLE embedding_models
+COMMENT ON TABLE kb.embedding_models IS 'Embedding models (name + dims = one vector space); exactly one is active.';
+
+-- comment: COLUMN embedding_models.config
+COMMENT ON COLUMN kb.embedding_models.config IS 'What pgkb needs to embed with the model again (base_url, max_input_tokens); never an API key.';
+
+-- sequence: embedding_models_id_seq
+ALTER TABLE kb.embedding_models ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME kb.embedding_models_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+-- table: embeddings
+CREATE TABLE kb.embeddings (
+    chunk_id bigint NOT NULL,
+    model_id integer NOT NULL,
+    embedding public.vector NOT NULL
+);
+
+-- comment: TABLE embeddings
+COMMENT ON TABLE kb.embeddings IS 'One vector per (chunk, model); searched through the model''s partial HNSW index embeddings_hnsw_model_<id>.';
+
+-- table: ingest_runs
+CREATE TABLE kb.ingest_runs (
+    id bigint NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    paths text[] DEFAULT '{}'::text[] NOT NULL,
+    docs_new integer,
+    docs_changed integer,
+    docs_unchanged integer,
+    docs_pruned integer,
+    docs_failed integer,
+    chunks_written integer,
+    exit_code integer,
+    error text,
+    db_user text DEFAULT CURRENT_USER NOT NULL
+);
+
+-- comment: TABLE ingest_runs
+COMMENT ON TABLE kb.ingest_runs IS 'One row per ingestion run (kb.ingest_run_begin / kb.ingest_run_end): when, what paths, what it did, how it ended; finished_at NULL = did not finish.';
+
+-- sequence: ingest_runs_id_seq
+ALTER TABLE kb.ingest_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME kb.ingest_runs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+-- table: settings
+CREATE TABLE kb.settings (
+    key text NOT NULL,
+    value jsonb NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- comment: TABLE settings
+COMMENT ON TABLE kb.settings IS 'Derived settings stored with the knowledge base (e.g. calibrated thresholds), by key.';
+
+-- table: term_stats
+CREATE TABLE kb.term_stats (
+    lexeme text NOT NULL,
+    df integer NOT NULL,
+    CONSTRAINT term_stats_df_check CHECK ((df >= 0))
+);
+
+-- comment: TABLE term_stats
+COMMENT ON TABLE kb.term_stats IS 'Chunk frequency of each lexeme (number of chunks containing it), kept current by a trigger on kb.chunks.';
+
+-- constraint: alembic_version alembic_version_pkc
+ALTER TABLE ONLY kb.alembic_version
+    ADD CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num);
+
+-- constraint: chunks chunks_document_id_chunk_index_key
+ALTER TABLE ONLY kb.chunks
+    ADD CONSTRAINT chunks_document_id_chunk_index_key UNIQUE (document_id, chunk_index);
+
+-- constraint: chunks chunks_pkey
+ALTER TABLE ONLY kb.chunks
+    ADD CONSTRAINT chunks_pkey PRIMARY KEY (id);
+
+-- constraint: corpus_stats corpus_stats_pkey
+ALTER TABLE ONLY kb.corpus_stats
+    ADD CONSTRAINT corpus_stats_pkey PRIMARY KEY (singleton);
+
+-- constraint: document_links document_links_pkey
+ALTER TABLE ONLY kb.document_links
+    ADD CONSTRAINT document_links_pkey PRIMARY KEY (source_id, target_uri);
+
+-- constraint: document_relations document_relations_pkey
+ALTER TABLE ONLY kb.document_relations
+    ADD CONSTRAINT document_relations_pkey PRIMARY KEY (source_id, target_id, relation_type);
+
+-- constraint: documents documents_pkey
+ALTER TABLE ONLY kb.documents
+    ADD CONSTRAINT documents_pkey PRIMARY KEY (id);
+
+-- constraint: documents documents_source_uri_key
+ALTER TABLE ONLY kb.documents
+    ADD CONSTRAINT documents_source_uri_key UNIQUE (source_uri);
+
+-- constraint: embedding_models embedding_models_name_dims_key
+ALTER TABLE ONLY kb.embedding_models
+    ADD CONSTRAINT embedding_models_name_dims_key UNIQUE (name, dims);
+
+-- constraint: embedding_models embedding_models_pkey
+ALTER TABLE ONLY kb.embedding_models
+    ADD CONSTRAINT embedding_models_pkey PRIMARY KEY (id);
+
+-- constraint: embeddings embeddings_pkey
+ALTER TABLE ONLY kb.embeddings
+    ADD CONSTRAINT embeddings_pkey PRIMARY KEY (chunk_id, model_id);
+
+-- constraint: ingest_runs ingest_runs_pkey
+ALTER TABLE ONLY kb.ingest_runs
+    ADD CONSTRAINT ingest_runs_pkey PRIMARY KEY (id);
+
+-- constraint: settings settings_pkey
+ALTER TABLE ONLY kb.settings
+    ADD CONSTRAINT settings_pkey PRIMARY KEY (key);
+
+-- constraint: term_stats term_stats_pkey
+ALTER TABLE ONLY kb.term_stats
+    ADD CONSTRAINT term_stats_pkey PRIMARY KEY (lexeme);
+
+-- index: chunks_content_sha_idx
+CREATE INDEX chunks_content_sha_idx ON kb.chunks USING btree (content_sha);
+
+-- index: chunks_tsv_idx
+CREATE INDEX chunks_tsv_idx ON kb.chunks USING gin (tsv);
+
+-- index: document_links_target_idx
+CREATE INDEX document_links_target_idx ON kb.document_links USING btree (target_uri);
+
+-- index: document_relations_source_idx
+CREATE INDEX document_relations_source_idx ON kb.document_relations USING btree (source_id, relation_type);
+
+-- index: document_relations_target_idx
+CREATE INDEX document_relations_target_idx ON kb.document_relations USING btree (target_id);
+
+-- index: documents_category_idx
+CREATE INDEX documents_category_idx ON kb.documents USING btree (category);
+
+-- index: documents_doc_type_idx
+CREATE INDEX documents_doc_type_idx ON kb.documents USING btree (doc_type);
+
+-- index: documents_metadata_idx
+CREATE INDEX documents_metadata_idx ON kb.documents USING gin (metadata jsonb_path_ops);
+
+-- index: documents_updated_at_idx
+CREATE INDEX documents_updated_at_idx ON kb.documents USING btree (updated_at);
+
+-- index: embedding_models_one_active
+CREATE UNIQUE INDEX embedding_models_one_active ON kb.embedding_models USING btree (is_active) WHERE is_active;
+
+-- index: embeddings_model_idx
+CREATE INDEX embeddings_model_idx ON kb.embeddings USING btree (model_id);
+
+-- trigger: chunks chunks_stats_delete
+CREATE TRIGGER chunks_stats_delete AFTER DELETE ON kb.chunks REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION kb.chunks_maintain_stats();
+
+-- trigger: chunks chunks_stats_insert
+CREATE TRIGGER chunks_stats_insert AFTER INSERT ON kb.chunks REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION kb.chunks_maintain_stats();
+
+-- trigger: chunks chunks_stats_update
+CREATE TRIGGER chunks_stats_update AFTER UPDATE ON kb.chunks REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION kb.chunks_maintain_stats();
+
+-- trigger: embeddings embeddings_check_dims
+CREATE TRIGGER embeddings_check_dims BEFORE INSERT OR UPDATE ON kb.embeddings FOR EACH ROW EXECUTE FUNCTION kb.embeddings_check_dims();
+
+-- fk constraint: chunks chunks_document_id_fkey
+ALTER TABLE ONLY kb.chunks
+    ADD CONSTRAINT chunks_document_id_fkey FOREIGN KEY (document_id) REFERENCES kb.documents(id) ON DELETE CASCADE;
+
+-- fk constraint: document_links document_links_source_id_fkey
+ALTER TABLE ONLY kb.document_links
+    ADD CONSTRAINT document_links_source_id_fkey FOREIGN KEY (source_id) REFERENCES kb.documents(id) ON DELETE CASCADE;
+
+-- fk constraint: document_relations document_relations_source_id_fkey
+ALTER TABLE ONLY kb.document_relations
+    ADD CONSTRAINT document_relations_source_id_fkey FOREIGN KEY (source_id) REFERENCES kb.documents(id) ON DELETE CASCADE;
+
+-- fk constraint: document_relations document_relations_target_id_fkey
+ALTER TABLE ONLY kb.document_relations
+    ADD CONSTRAINT document_relations_target_id_fkey FOREIGN KEY (target_id) REFERENCES kb.documents(id) ON DELETE CASCADE;
+
+-- fk constraint: embeddings embeddings_chunk_id_fkey
+ALTER TABLE ONLY kb.embeddings
+    ADD CONSTRAINT embeddings_chunk_id_fkey FOREIGN KEY (chunk_id) REFERENCES kb.chunks(id) ON DELETE CASCADE;
+
+-- fk constraint: embeddings embeddings_model_id_fkey
+ALTER TABLE ONLY kb.embeddings
+    ADD CONSTRAINT embeddings_model_id_fkey FOREIGN KEY (model_id) REFERENCES kb.embedding_models(id) ON DELETE CASCADE;
+
+-- acl: SCHEMA kb
+GRANT USAGE ON SCHEMA kb TO kb_reader;
+GRANT USAGE ON SCHEMA kb TO kb_writer;
+
+-- acl: FUNCTION activate_model(model_name text, model_dims integer)
+REVOKE ALL ON FUNCTION kb.activate_model(model_name text, model_dims integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.activate_model(model_name text, model_dims integer) TO kb_writer;
+
+-- acl: FUNCTION active_model()
+GRANT ALL ON FUNCTION kb.active_model() TO kb_writer;
+
+-- acl: FUNCTION build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer)
+REVOKE ALL ON FUNCTION kb.build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer) TO kb_writer;
+
+-- acl: FUNCTION chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint)
+REVOKE ALL ON FUNCTION kb.chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint) TO kb_writer;
+
+-- acl: FUNCTION drop_model(model_name text, model_dims integer)
+REVOKE ALL ON FUNCTION kb.drop_model(model_name text, model_dims integer) FROM PUBLIC;
+
+-- acl: FUNCTION drop_model_index(model_id integer)
+REVOKE ALL ON FUNCTION kb.drop_model_index(model_id integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.drop_model_index(model_id integer) TO kb_writer;
+
+-- acl: FUNCTION explore_graph(start_document uuid, query_text text, max_depth integer, relation_types text[], filters jsonb, document_ids uuid[], max_results integer)
+REVOKE ALL ON FUNCTION kb.explore_graph(start_document uuid, query_text text, max_depth integer, relation_types text[], filters jsonb, document_ids uuid[], max_results integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.explore_graph(start_document uuid, query_text text, max_depth integer, relation_types text[], filters jsonb, document_ids uuid[], max_results integer) TO kb_reader;
+
+-- acl: FUNCTION hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer)
+REVOKE ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer) TO kb_reader;
+
+-- acl: FUNCTION ingest_run_begin(paths text[])
+REVOKE ALL ON FUNCTION kb.ingest_run_begin(paths text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.ingest_run_begin(paths text[]) TO kb_writer;
+
+-- acl: FUNCTION ingest_run_end(run_id bigint, report jsonb)
+REVOKE ALL ON FUNCTION kb.ingest_run_end(run_id bigint, report jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.ingest_run_end(run_id bigint, report jsonb) TO kb_writer;
+
+-- acl: FUNCTION keyword_search(query_text text, match_count integer, filters jsonb, document_ids uuid[], keyword_ranking text, bm25_k1 double precision, bm25_b double precision, heading_weight double precision, max_postings integer)
+REVOKE ALL ON FUNCTION kb.keyword_search(query_text text, match_count integer, filters jsonb, document_ids uuid[], keyword_ranking text, bm25_k1 double precision, bm25_b double precision, heading_weight double precision, max_postings integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.keyword_search(query_text text, match_count integer, filters jsonb, document_ids uuid[], keyword_ranking text, bm25_k1 double precision, bm25_b double precision, heading_weight double precision, max_postings integer) TO kb_reader;
+
+-- acl: FUNCTION merge_neighbors(chunk_id bigint, before integer, after integer)
+REVOKE ALL ON FUNCTION kb.merge_neighbors(chunk_id bigint, before integer, after integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.merge_neighbors(chunk_id bigint, before integer, after integer) TO kb_reader;
+
+-- acl: FUNCTION models()
+REVOKE ALL ON FUNCTION kb.models() FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.models() TO kb_writer;
+
+-- acl: FUNCTION neighbor_chunks(chunk_id bigint, before integer, after integer)
+REVOKE ALL ON FUNCTION kb.neighbor_chunks(chunk_id bigint, before integer, after integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.neighbor_chunks(chunk_id bigint, before integer, after integer) TO kb_reader;
+
+-- acl: FUNCTION query_terms(query_text text)
+REVOKE ALL ON FUNCTION kb.query_terms(query_text text) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.query_terms(query_text text) TO kb_reader;
+
+-- acl: FUNCTION read_document(document_id uuid, chunk_start integer, chunk_end integer, token_budget integer)
+REVOKE ALL ON FUNCTION kb.read_document(document_id uuid, chunk_start integer, chunk_end integer, token_budget integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.read_document(document_id uuid, chunk_start integer, chunk_end integer, token_budget integer) TO kb_reader;
+
+-- acl: FUNCTION register_model(model_name text, model_dims integer, model_provider text, model_config jsonb, hnsw_m integer, hnsw_ef_construction integer)
+REVOKE ALL ON FUNCTION kb.register_model(model_name text, model_dims integer, model_provider text, model_config jsonb, hnsw_m integer, hnsw_ef_construction integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.register_model(model_name text, model_dims integer, model_provider text, model_config jsonb, hnsw_m integer, hnsw_ef_construction integer) TO kb_writer;
+
+-- acl: FUNCTION remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean)
+REVOKE ALL ON FUNCTION kb.remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean) TO kb_writer;
+
+-- acl: FUNCTION stale_documents(older_than interval)
+REVOKE ALL ON FUNCTION kb.stale_documents(older_than interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.stale_documents(older_than interval) TO kb_writer;
+
+-- acl: FUNCTION stats(last_runs integer)
+REVOKE ALL ON FUNCTION kb.stats(last_runs integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.stats(last_runs integer) TO kb_writer;
+
+-- acl: FUNCTION vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer)
+REVOKE ALL ON FUNCTION kb.vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer) TO kb_reader;
+
+-- acl: TABLE alembic_version
+GRANT SELECT ON TABLE kb.alembic_version TO kb_writer;
+
+-- acl: TABLE chunks
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.chunks TO kb_writer;
+
+-- acl: SEQUENCE chunks_id_seq
+GRANT SELECT,USAGE ON SEQUENCE kb.chunks_id_seq TO kb_writer;
+
+-- acl: TABLE corpus_stats
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.corpus_stats TO kb_writer;
+
+-- acl: TABLE document_links
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.document_links TO kb_writer;
+
+-- acl: TABLE document_relations
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.document_relations TO kb_writer;
+
+-- acl: TABLE documents
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.documents TO kb_writer;
+
+-- acl: TABLE embedding_models
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.embedding_models TO kb_writer;
+
+-- acl: SEQUENCE embedding_models_id_seq
+GRANT SELECT,USAGE ON SEQUENCE kb.embedding_models_id_seq TO kb_writer;
+
+-- acl: TABLE embeddings
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.embeddings TO kb_writer;
+
+-- acl: TABLE ingest_runs
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.ingest_runs TO kb_writer;
+
+-- acl: SEQUENCE ingest_runs_id_seq
+GRANT SELECT,USAGE ON SEQUENCE kb.ingest_runs_id_seq TO kb_writer;
+
+-- acl: TABLE settings
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.settings TO kb_writer;
+
+-- acl: TABLE term_stats
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.term_stats TO kb_writer;
