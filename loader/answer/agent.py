@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 
 from loader.answer.citations import check_citations
+from loader.answer.context import fetch_neighbours
 from loader.answer.passages import Passage, estimate_tokens
 from loader.answer.prompt import (
     IDK,
@@ -173,7 +174,7 @@ def run_agent(
         gate=gate,
         limit=max(CATALOGUE_CANDIDATES, settings.match_count),
     )
-    answer = settle(conn, found, client)
+    answer = settle(found, client)
     if answer is None:
         assert client is not None  # settle answers when there is no client
         answer = _loop(conn, settings, found, embedder, client, category)
@@ -222,13 +223,12 @@ def _loop(
         except ChatError as exc:
             log.warning("reader agent: chat model failed at step %d: %s", step, exc.message)
             return fallback_answer(
-                conn,
                 question,
                 passages,
                 mode="fallback",
+                neighbours=found.neighbours,
                 notes=[f"{exc.message}; showing the hybrid search hits instead"],
                 steps=step,
-                category=category,
             )
         if reply.tool_calls and not last:
             messages.append(reply.assistant_message())
@@ -247,26 +247,29 @@ def _loop(
             break
         seen = list(toolbox.seen.values())
         checked = check_citations(reply.content, seen)
+        # the documents the agent read with its tools: their neighbours too, before the answer
+        neighbours = {
+            **found.neighbours,
+            **fetch_neighbours(conn, seen, category=category, known=found.neighbours),
+        }
         answer = checked_answer(
-            conn,
             question,
             reply.content,
             checked,
             seen,
             wide,
+            neighbours=neighbours,
             steps=step,
             mode="agent",
-            category=category,
         )
         answer.context = list(passages)
         return answer
 
     return fallback_answer(
-        conn,
         question,
         passages,
         mode="fallback",
+        neighbours=found.neighbours,
         notes=[*notes, "no final answer from the agent; showing the hybrid search hits instead"],
         steps=settings.agent_max_steps,
-        category=category,
     )

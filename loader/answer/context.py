@@ -5,7 +5,8 @@ neighbours of the cited ones, within the question's category)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -13,7 +14,7 @@ from psycopg.rows import class_row
 
 from loader.answer.passages import Passage, RelatedDocument, estimate_tokens
 from loader.db import queries
-from loader.graph.catalogue import related_from_graph
+from loader.graph.catalogue import Neighbour, graph_neighbours, rank_related
 
 
 def _merge(
@@ -101,15 +102,30 @@ def _union(conn: psycopg.Connection[Any], kept: Passage, hit_index: int, other: 
     )
 
 
-def related_documents(
+def fetch_neighbours(
     conn: psycopg.Connection[Any],
-    cited: Sequence[Passage],
-    retrieved: Sequence[Passage],
+    passages: Sequence[Passage],
     *,
     category: str | None = None,
+    known: Mapping[uuid.UUID, Sequence[Neighbour]] | None = None,
+) -> dict[uuid.UUID, list[Neighbour]]:
+    """The graph neighbours (one hop in ``kb.explore_graph``, only documents of ``category``
+    when one is given) of the documents of ``passages`` not already in ``known``: what
+    :func:`related_documents` reads, fetched before the answer is built."""
+    known = known or {}
+    missing = [d for d in dict.fromkeys(p.document_id for p in passages) if d not in known]
+    filters = {"category": category} if category else None
+    return graph_neighbours(conn, missing, filters=filters) if missing else {}
+
+
+def related_documents(
+    cited: Sequence[Passage],
+    retrieved: Sequence[Passage],
+    neighbours: Mapping[uuid.UUID, Sequence[Neighbour]],
 ) -> list[RelatedDocument]:
-    """Documents retrieved but not cited, then graph neighbours of the cited ones (one hop in
-    ``kb.explore_graph``, only documents of ``category`` when one is given)."""
+    """Documents retrieved but not cited, then graph neighbours of the cited ones (of the
+    retrieved ones when none is cited), from the ``neighbours`` fetched before
+    (:func:`fetch_neighbours`); reads nothing."""
     cited_ids = list(dict.fromkeys(p.document_id for p in cited))
     seen = set(cited_ids)
     related: list[RelatedDocument] = []
@@ -119,13 +135,9 @@ def related_documents(
             related.append(
                 RelatedDocument(passage.document_id, passage.title, passage.source_uri, "retrieved")
             )
-    anchor = cited_ids or [p.document_id for p in retrieved]
-    if anchor:
-        filters = {"category": category} if category else None
-        for doc_id, title, source_uri, relation in related_from_graph(
-            conn, anchor, filters=filters
-        ):
-            if doc_id not in seen:
-                seen.add(doc_id)
-                related.append(RelatedDocument(doc_id, title, source_uri, relation))
+    anchor = cited_ids or list(dict.fromkeys(p.document_id for p in retrieved))
+    for doc_id, title, source_uri, relation in rank_related(anchor, neighbours):
+        if doc_id not in seen:
+            seen.add(doc_id)
+            related.append(RelatedDocument(doc_id, title, source_uri, relation))
     return related

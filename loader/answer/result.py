@@ -1,19 +1,25 @@
 """The answer ``pgkb ask`` returns, and the ways one is settled: abstained, extractive (or
-fallback), or the model's reply after its citations were checked."""
+fallback), or the model's reply after its citations were checked.
+
+Building an answer reads nothing: the related documents come from the graph neighbours the
+retrieval step fetched (:attr:`loader.answer.retrieval.Retrieval.neighbours`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import psycopg
 
 from loader.answer.citations import CheckedReply, cited_passages
 from loader.answer.context import related_documents
 from loader.answer.extractive import extractive_answer
 from loader.answer.passages import Passage, RelatedDocument
 from loader.answer.prompt import IDK
+from loader.graph.catalogue import Neighbour
+
+Neighbours = Mapping[uuid.UUID, Sequence[Neighbour]]
+"""Graph neighbours of the retrieved (and cited) documents, fetched before the answer."""
 
 
 @dataclasses.dataclass
@@ -64,13 +70,12 @@ class Answer:
 
 
 def abstained_answer(
-    conn: psycopg.Connection[Any],
     question: str,
     passages: Sequence[Passage],
     reason: str,
     signals: Mapping[str, Any] | None = None,
     *,
-    category: str | None = None,
+    neighbours: Neighbours,
 ) -> Answer:
     """ "I don't know" with the closest sources found, and why."""
     return Answer(
@@ -79,7 +84,7 @@ def abstained_answer(
         abstained=True,
         mode="abstained",
         citations=[],
-        related_documents=related_documents(conn, [], passages, category=category),
+        related_documents=related_documents([], passages, neighbours),
         context=list(passages),
         notes=[f"retrieval too weak to answer: {reason}"],
         abstention={"reason": reason, "signals": dict(signals or {})},
@@ -87,15 +92,14 @@ def abstained_answer(
 
 
 def fallback_answer(
-    conn: psycopg.Connection[Any],
     question: str,
     passages: Sequence[Passage],
     *,
     mode: str,
+    neighbours: Neighbours,
     notes: Sequence[str] = (),
     hint: str | None = None,
     steps: int = 0,
-    category: str | None = None,
 ) -> Answer:
     """The extractive answer: the best passages, cited, instead of prose."""
     shown = list(passages[:3])
@@ -105,7 +109,7 @@ def fallback_answer(
         abstained=False,
         mode=mode,
         citations=shown,
-        related_documents=related_documents(conn, shown, passages, category=category),
+        related_documents=related_documents(shown, passages, neighbours),
         context=list(passages),
         notes=list(notes),
         hint=hint,
@@ -114,17 +118,16 @@ def fallback_answer(
 
 
 def checked_answer(
-    conn: psycopg.Connection[Any],
     question: str,
     raw: str | None,
     checked: CheckedReply,
     context: Sequence[Passage],
     retrieved: Sequence[Passage],
     *,
+    neighbours: Neighbours,
     steps: int,
     mode: str = "model",
     notes: Sequence[str] = (),
-    category: str | None = None,
 ) -> Answer:
     all_notes = list(notes)
     if checked.removed_citations:
@@ -141,7 +144,7 @@ def checked_answer(
         abstained=checked.abstained,
         mode=mode,
         citations=cited,
-        related_documents=related_documents(conn, cited, retrieved, category=category),
+        related_documents=related_documents(cited, retrieved, neighbours),
         context=list(context),
         removed_citations=checked.removed_citations,
         notes=all_notes,

@@ -1,5 +1,6 @@
 """The one retrieval step every answer starts with: embed the question (or degrade to keywords
-when the embedding model fails), hybrid search, then the abstention gate.
+when the embedding model fails), hybrid search, the abstention gate, and the graph neighbours of
+what was found (for the answer's related documents, so building the answer reads nothing).
 
 :func:`retrieve` is shared by the single-shot answer and the reader agent; :func:`settle` gives
 the answer that needs no chat model (abstained before any model call, or extractive when none is
@@ -17,10 +18,12 @@ from typing import Any, Protocol
 import psycopg
 
 from loader.answer.abstention import AbstentionDecision, decide
+from loader.answer.context import fetch_neighbours
 from loader.answer.passages import Passage
 from loader.answer.prompt import CONFIGURE_HINT, prepare_question
 from loader.answer.result import Answer, abstained_answer, fallback_answer
 from loader.errors import PgkbError
+from loader.graph.catalogue import Neighbour
 from loader.providers.chat import ChatModel
 from loader.search import SearchHit, search
 from loader.settings import Settings
@@ -99,6 +102,9 @@ class Retrieval:
     notes: list[str]
     category: str | None = None
     """The question's scope: every later read (tools, related documents) stays inside it."""
+    neighbours: dict[uuid.UUID, list[Neighbour]] = dataclasses.field(default_factory=dict)
+    """Graph neighbours of the documents of ``candidates`` (within ``category``), fetched here
+    so that building the answer reads nothing (its related documents)."""
 
 
 def retrieve(
@@ -126,34 +132,31 @@ def retrieve(
     )
     hits, passages = wide_hits[: settings.match_count], wide[: settings.match_count]
     decision = (gate or default_gate)(conn, settings, query_text, hits)
+    neighbours = fetch_neighbours(conn, wide, category=category)
     return Retrieval(
-        question, query_text, embedding, wide, hits, passages, decision, notes, category
+        question, query_text, embedding, wide, hits, passages, decision, notes, category, neighbours
     )
 
 
-def settle(
-    conn: psycopg.Connection[Any], retrieval: Retrieval, client: ChatModel | None
-) -> Answer | None:
+def settle(retrieval: Retrieval, client: ChatModel | None) -> Answer | None:
     """The answer when no model call is needed: "I don't know" when retrieval is too weak (before
     any model call), the extractive answer when no chat model is configured; else None."""
     decision = retrieval.decision
     if not retrieval.hits or decision.abstain:
         reason = decision.reason if decision.abstain else "retrieval found nothing"
         return abstained_answer(
-            conn,
             retrieval.question,
             retrieval.passages,
             reason,
             decision.signals,
-            category=retrieval.category,
+            neighbours=retrieval.neighbours,
         )
     if client is None:
         return fallback_answer(
-            conn,
             retrieval.question,
             retrieval.passages,
             mode="extractive",
+            neighbours=retrieval.neighbours,
             hint=CONFIGURE_HINT,
-            category=retrieval.category,
         )
     return None

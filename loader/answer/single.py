@@ -65,7 +65,7 @@ def answer_question(
     raise: the answer falls back to the retrieved passages, with a note saying why.
     """
     found = retrieve(conn, settings, question, embedder=embedder, category=category, gate=gate)
-    answer = settle(conn, found, client)
+    answer = settle(found, client)
     if answer is None:
         assert client is not None  # settle answers when there is no client
         answer = _model_answer(conn, settings, found, client, on_text)
@@ -92,22 +92,14 @@ def _model_answer(
     except ChatError as exc:
         log.warning("chat model failed: %s", exc.message)
         return fallback_answer(
-            conn,
             question,
             passages,
             mode="fallback",
+            neighbours=found.neighbours,
             notes=[f"{exc.message}; showing the retrieved passages instead"],
             steps=1,
-            category=found.category,
         )
     checked = check_citations(reply.content, context)
     return checked_answer(
-        conn,
-        question,
-        reply.content,
-        checked,
-        context,
-        passages,
-        steps=1,
-        category=found.category,
+        question, reply.content, checked, context, passages, neighbours=found.neighbours, steps=1
     )

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -205,27 +205,61 @@ def format_catalogue(nodes: Sequence[GraphNode], summary_chars: int = 240) -> st
     return "\n".join(lines)
 
 
+Neighbour = tuple[uuid.UUID, str, str, str]
+"""``(document id, title, source_uri, relation)`` of a document one hop away; relation is the
+type of the edge that reaches it."""
+
+
+def graph_neighbours(
+    conn: psycopg.Connection[Any],
+    document_ids: Sequence[uuid.UUID],
+    *,
+    filters: dict[str, Any] | None = None,
+) -> dict[uuid.UUID, list[Neighbour]]:
+    """For each of ``document_ids``, the documents one hop away in the graph (not itself),
+    within ``filters``, in ``kb.explore_graph`` order. Fetched before an answer is built, so
+    building it (:func:`rank_related`) reads nothing."""
+    found: dict[uuid.UUID, list[Neighbour]] = {}
+    for doc_id in dict.fromkeys(document_ids):
+        found[doc_id] = [
+            (
+                uuid.UUID(node.document_id),
+                node.title,
+                node.source_uri,
+                node.path[-1]["relation_type"],
+            )
+            for node in explore(conn, start=doc_id, depth=1, filters=filters, limit=100)
+            if node.path  # the start itself has none
+        ]
+    return found
+
+
+def rank_related(
+    document_ids: Sequence[uuid.UUID],
+    neighbours: Mapping[uuid.UUID, Sequence[Neighbour]],
+    limit: int = 10,
+) -> list[Neighbour]:
+    """The documents one hop from ``document_ids`` (not those themselves), from their fetched
+    ``neighbours``: ``references`` before the rest, then by title."""
+    seen = {str(i) for i in document_ids}
+    found: dict[str, Neighbour] = {}
+    for doc_id in document_ids:
+        for row in neighbours.get(doc_id, ()):
+            key = str(row[0])
+            if key not in seen and key not in found:
+                found[key] = row
+    ranked = sorted(found.values(), key=lambda r: (r[3] != "references", r[1], r[0]))
+    return ranked[:limit]
+
+
 def related_from_graph(
     conn: psycopg.Connection[Any],
     document_ids: Sequence[uuid.UUID],
     *,
     filters: dict[str, Any] | None = None,
     limit: int = 10,
-) -> list[tuple[uuid.UUID, str, str, str]]:
+) -> list[Neighbour]:
     """``(document id, title, source_uri, relation)`` of the documents one hop from
     ``document_ids`` in the graph (not those themselves), within ``filters``; relation is the
     edge's type, ``references`` before the rest, then by title."""
-    seen = {str(i) for i in document_ids}
-    found: dict[str, tuple[uuid.UUID, str, str, str]] = {}
-    for doc_id in document_ids:
-        for node in explore(conn, start=doc_id, depth=1, filters=filters, limit=100):
-            if node.document_id in seen or node.document_id in found or not node.path:
-                continue
-            found[node.document_id] = (
-                uuid.UUID(node.document_id),
-                node.title,
-                node.source_uri,
-                node.path[-1]["relation_type"],
-            )
-    ranked = sorted(found.values(), key=lambda r: (r[3] != "references", r[1], r[0]))
-    return ranked[:limit]
+    return rank_related(document_ids, graph_neighbours(conn, document_ids, filters=filters), limit)
