@@ -10,7 +10,6 @@ not take part leaves its rank and score ``None``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -20,6 +19,7 @@ from psycopg.rows import class_row
 
 from loader.db import queries
 from loader.errors import ModelMismatchError, PgkbError
+from loader.filters import SearchFilters
 from loader.settings import Settings
 
 Mode = Literal["hybrid", "vector", "keyword"]
@@ -66,11 +66,18 @@ def hit_value(hit: SearchHit | Mapping[str, Any], name: str) -> Any:
     return getattr(hit, name, None)
 
 
-def _filters(category: str | None, filters: Mapping[str, Any] | None) -> str:
-    merged: dict[str, Any] = dict(filters or {})
-    if category is not None:
-        merged["category"] = category
-    return json.dumps(merged)
+def _filters(
+    settings: Settings, category: str | None, filters: SearchFilters | Mapping[str, Any] | None
+) -> str:
+    """The filters object SQL gets: the ``search_filters`` setting, then ``filters``, then
+    ``category`` on top."""
+    given = (
+        filters
+        if filters is None or isinstance(filters, SearchFilters)
+        else SearchFilters.parse(filters, where="search filters")
+    )
+    merged = settings.filters().merged(given).merged(SearchFilters.of(category=category))
+    return merged.to_json()
 
 
 def _document_ids(document_ids: Sequence[uuid.UUID | str] | None) -> list[uuid.UUID] | None:
@@ -98,7 +105,7 @@ def search(
     limit: int | None = None,
     category: str | None = None,
     document_ids: Sequence[uuid.UUID | str] | None = None,
-    filters: Mapping[str, Any] | None = None,
+    filters: SearchFilters | Mapping[str, Any] | None = None,
 ) -> list[SearchHit]:
     """Search the knowledge base and return the best ``limit`` chunks (default
     ``settings.match_count``).
@@ -125,7 +132,7 @@ def search(
     params: dict[str, Any] = {
         "query_text": query_text,
         "query_embedding": embedding,
-        "filters": _filters(category, {**settings.filters(), **(filters or {})}),
+        "filters": _filters(settings, category, filters),
         "document_ids": _document_ids(document_ids),
         "min_similarity": settings.min_similarity,
         "model": settings.embedding_model,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loader.errors import ConfigError
+from loader.filters import SearchFilters
 
 ENV_PREFIX = "PGKB_"
 CONFIG_FILE_NAME = "pgkb.toml"
@@ -165,11 +166,9 @@ class Settings:
         """The model the reader agent uses: ``agent_chat_model``, else ``chat_model``."""
         return self.agent_chat_model or self.chat_model
 
-    def filters(self) -> dict[str, Any]:
-        """``search_filters`` as a dict ({} when unset)."""
-        import json
-
-        return dict(json.loads(self.search_filters)) if self.search_filters else {}
+    def filters(self) -> SearchFilters:
+        """``search_filters``, parsed (empty when unset)."""
+        return SearchFilters.parse(self.search_filters, where="setting search_filters")
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied (``None`` values are ignored)."""
@@ -218,17 +217,10 @@ class Settings:
             problems.append(f"embedding_max_retries must be >= 0, got {self.embedding_max_retries}")
         if self.embedding_timeout <= 0:
             problems.append(f"embedding_timeout must be positive, got {self.embedding_timeout}")
-        if self.search_filters:
-            import json
-
-            try:
-                parsed = json.loads(self.search_filters)
-            except ValueError as exc:
-                parsed = exc
-            if not isinstance(parsed, dict):
-                problems.append(
-                    f"search_filters must be a JSON object, got {self.search_filters!r}"
-                )
+        try:
+            self.filters()
+        except ConfigError as exc:
+            problems.append(exc.message)
         if not 2 <= self.hnsw_m <= 100:
             problems.append(f"hnsw_m must be between 2 and 100, got {self.hnsw_m}")
         if not max(4, 2 * self.hnsw_m) <= self.hnsw_ef_construction <= 1000:

@@ -44,6 +44,7 @@ from loader.answer.tools import (
     READ_BUDGET_SHARE,
     Toolbox,
 )
+from loader.filters import SearchFilters
 from loader.graph.catalogue import catalogue_for_question, format_catalogue
 from loader.providers.chat import ChatError, ChatModel
 from loader.settings import Settings
@@ -159,6 +160,7 @@ def run_agent(
     client: ChatModel | None,
     category: str | None = None,
     gate: Gate | None = None,
+    filters: SearchFilters | None = None,
 ) -> Answer:
     """Answer ``question`` with the reader agent; never raises for model or network failures.
 
@@ -173,6 +175,7 @@ def run_agent(
         category=category,
         gate=gate,
         limit=max(CATALOGUE_CANDIDATES, settings.match_count),
+        filters=filters,
     )
     answer = settle(found, client)
     if answer is None:
@@ -191,7 +194,7 @@ def _loop(
     category: str | None,
 ) -> Answer:
     question, passages, wide = found.question, found.passages, found.candidates
-    toolbox = Toolbox(conn, settings, embedder, category=category)
+    toolbox = Toolbox(conn, settings, embedder, category=category, filters=found.filters)
     toolbox.remember(passages)
     tools = toolbox.tools()
     system = AGENT_RULES.replace("<steps>", str(settings.agent_max_steps))

@@ -13,6 +13,7 @@ import psycopg
 from loader.answer.agent import run_agent
 from loader.answer.result import Answer
 from loader.answer.single import answer_question
+from loader.filters import SearchFilters
 from loader.settings import Settings
 
 
@@ -37,8 +38,10 @@ def ask(
     agent: bool = False,
     category: str | None = None,
     on_text: Callable[[str], None] | None = None,
+    filters: SearchFilters | None = None,
 ) -> Answer:
-    """Answer ``question`` with the configured models over a connection of its own.
+    """Answer ``question`` with the configured models over a connection of its own, within
+    ``category`` and ``filters`` (source, metadata).
 
     The reader agent's steps use ``agent_chat_model`` when it is set, else ``chat_model``."""
     from loader.providers.chat import ChatClient
@@ -51,7 +54,13 @@ def ask(
     with reader_connection(settings) as conn:
         if agent:
             return run_agent(
-                conn, settings, question, embedder=embedder, client=client, category=category
+                conn,
+                settings,
+                question,
+                embedder=embedder,
+                client=client,
+                category=category,
+                filters=filters,
             )
         return answer_question(
             conn,
@@ -61,6 +70,7 @@ def ask(
             client=client,
             category=category,
             on_text=on_text,
+            filters=filters,
         )
 
 

@@ -23,6 +23,7 @@ from loader.answer.passages import Passage
 from loader.answer.prompt import CONFIGURE_HINT, prepare_question
 from loader.answer.result import Answer, abstained_answer, fallback_answer
 from loader.errors import PgkbError
+from loader.filters import SearchFilters
 from loader.graph.catalogue import Neighbour
 from loader.providers.chat import ChatModel
 from loader.search import SearchHit, search
@@ -64,11 +65,13 @@ def search_passages(
     limit: int | None = None,
     category: str | None = None,
     document_ids: Sequence[uuid.UUID] | None = None,
+    filters: SearchFilters | None = None,
 ) -> tuple[list[SearchHit], list[Passage]]:
     """Hybrid search; returns the raw hits (for the abstention gate) and their passages.
 
-    The settings' ``search_filters`` and ``min_similarity`` (``pgkb ask --source/--meta/
-    --min-similarity``) narrow every search here, for the single answer and the agent alike."""
+    ``filters`` (``pgkb ask --source/--meta``) on top of the ``search_filters`` setting, and the
+    ``min_similarity`` setting, narrow every search here, for the single answer and the agent
+    alike."""
     hits = search(
         conn,
         query_text,
@@ -78,6 +81,7 @@ def search_passages(
         limit=limit,
         category=category,
         document_ids=list(document_ids) if document_ids else None,
+        filters=filters,
     )
     return list(hits), [Passage.from_hit(h) for h in hits]
 
@@ -102,6 +106,8 @@ class Retrieval:
     notes: list[str]
     category: str | None = None
     """The question's scope: every later read (tools, related documents) stays inside it."""
+    filters: SearchFilters | None = None
+    """What else narrows every search for this question (``--source``, ``--meta``)."""
     neighbours: dict[uuid.UUID, list[Neighbour]] = dataclasses.field(default_factory=dict)
     """Graph neighbours of the documents of ``candidates`` (within ``category``), fetched here
     so that building the answer reads nothing (its related documents)."""
@@ -116,6 +122,7 @@ def retrieve(
     category: str | None = None,
     gate: Gate | None = None,
     limit: int | None = None,
+    filters: SearchFilters | None = None,
 ) -> Retrieval:
     """Embed (or degrade), hybrid search for ``limit`` (default ``match_count``) passages, and
     ask the gate about the top ``match_count``. An empty question is an error."""
@@ -129,12 +136,23 @@ def retrieve(
         embedding,
         limit=limit or settings.match_count,
         category=category,
+        filters=filters,
     )
     hits, passages = wide_hits[: settings.match_count], wide[: settings.match_count]
     decision = (gate or default_gate)(conn, settings, query_text, hits)
     neighbours = fetch_neighbours(conn, wide, category=category)
     return Retrieval(
-        question, query_text, embedding, wide, hits, passages, decision, notes, category, neighbours
+        question,
+        query_text,
+        embedding,
+        wide,
+        hits,
+        passages,
+        decision,
+        notes,
+        category,
+        filters,
+        neighbours,
     )
 
 

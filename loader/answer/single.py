@@ -41,6 +41,7 @@ from loader.answer.prompt import (
 )
 from loader.answer.result import Answer, checked_answer, fallback_answer
 from loader.answer.retrieval import Gate, QueryEmbedder, Retrieval, retrieve, settle
+from loader.filters import SearchFilters
 from loader.providers.chat import ChatError, ChatModel
 from loader.settings import Settings
 
@@ -57,14 +58,24 @@ def answer_question(
     category: str | None = None,
     on_text: Callable[[str], None] | None = None,
     gate: Gate | None = None,
+    filters: SearchFilters | None = None,
 ) -> Answer:
     """Answer ``question`` from the knowledge base, with citations or "I don't know".
 
     ``client`` None means no chat model: the answer is extractive. ``on_text`` receives the
     model's reply as it streams (before it is checked). Model and network failures never
-    raise: the answer falls back to the retrieved passages, with a note saying why.
+    raise: the answer falls back to the retrieved passages, with a note saying why. ``filters``
+    (source, metadata) narrow the search on top of ``category``.
     """
-    found = retrieve(conn, settings, question, embedder=embedder, category=category, gate=gate)
+    found = retrieve(
+        conn,
+        settings,
+        question,
+        embedder=embedder,
+        category=category,
+        gate=gate,
+        filters=filters,
+    )
     answer = settle(found, client)
     if answer is None:
         assert client is not None  # settle answers when there is no client

@@ -38,6 +38,7 @@ from loader.answer.prompt import MAX_QUERY_CHARS
 from loader.answer.retrieval import QueryEmbedder, embed_query, search_passages
 from loader.db import queries
 from loader.errors import PgkbError
+from loader.filters import SearchFilters
 from loader.graph.catalogue import explore
 from loader.graph.relations import RELATION_TYPES
 from loader.safety import parse_int
@@ -194,11 +195,13 @@ class Toolbox:
         embedder: QueryEmbedder,
         *,
         category: str | None = None,
+        filters: SearchFilters | None = None,
     ) -> None:
         self.conn = conn
         self.settings = settings
         self.embedder = embedder
         self.category = category
+        self.filters = filters
         self.seen: dict[tuple[uuid.UUID, int], Passage] = {}
         self._documents: dict[uuid.UUID, DocumentInfo] = {}
         self._calls: dict[str, int] = {}
@@ -301,6 +304,7 @@ class Toolbox:
             limit=limit,
             category=self.category,
             document_ids=document_ids,
+            filters=self.filters,
         )
         results: list[Passage] = []
         used = 0

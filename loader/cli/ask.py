@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from loader.cli.base import App, setting_option
-from loader.cli.filters import filter_options, filter_settings
+from loader.cli.filters import filter_options, search_filters
 from loader.safety import echo, printable
 
 
@@ -58,7 +58,7 @@ def ask(
         chat_base_url=chat_base_url,
         agent_max_steps=agent_max_steps,
         agent_chat_model=agent_chat_model,
-        **filter_settings(source_pattern, meta_filters, min_similarity),
+        min_similarity=min_similarity,
     )
     text = " ".join(question)
     prepare_question(text)  # an empty question is an error before anything loads
@@ -74,6 +74,7 @@ def ask(
         settings,
         agent=agent,
         category=category,
+        filters=search_filters(None, source_pattern, meta_filters),
         on_text=on_text if streaming else None,
     )
 

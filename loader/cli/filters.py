@@ -1,13 +1,15 @@
-"""The search filters ``pgkb search`` and ``pgkb ask`` share: ``--source``, ``--meta``,
-``--min-similarity`` (the filters kb.hybrid_search takes), as setting overrides."""
+"""The search filters ``pgkb search`` and ``pgkb ask`` share: ``--source``, ``--meta`` (with
+``--category``, one :class:`~loader.filters.SearchFilters` value) and ``--min-similarity`` (a
+setting override)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+
+from loader.filters import SearchFilters
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,18 +38,12 @@ def filter_options(func: F) -> F:
     return func
 
 
-def filter_settings(
-    source_pattern: str | None, meta_filters: tuple[str, ...], min_similarity: float | None
-) -> dict[str, Any]:
-    """Setting overrides (``app.settings(**...)``) for the given filter options."""
+def search_filters(
+    category: str | None, source_pattern: str | None, meta_filters: tuple[str, ...]
+) -> SearchFilters:
+    """The filters the options ask for, as the one value the search takes to SQL."""
     from loader.cli.ingest import parse_meta
 
-    filters: dict[str, Any] = {}
-    if source_pattern is not None:
-        filters["source"] = source_pattern
-    if meta_filters:
-        filters["metadata"] = parse_meta(meta_filters)
-    return {
-        "search_filters": json.dumps(filters) if filters else None,
-        "min_similarity": min_similarity,
-    }
+    return SearchFilters.of(
+        category=category, metadata=parse_meta(meta_filters), source=source_pattern
+    )

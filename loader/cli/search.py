@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from loader.cli.base import App
-from loader.cli.filters import filter_options, filter_settings
+from loader.cli.filters import filter_options, search_filters
 from loader.safety import echo
 
 if TYPE_CHECKING:
@@ -92,7 +92,8 @@ def search(
     from loader.errors import PgkbError
     from loader.search import search as run_search
 
-    settings = app.settings(**filter_settings(source_pattern, meta_filters, min_similarity))
+    settings = app.settings(min_similarity=min_similarity)
+    filters = search_filters(category, source_pattern, meta_filters)
     text = " ".join(query).strip()
     if not text:
         raise PgkbError("the search query is empty", hint='pgkb search "how do I ..."')
@@ -109,7 +110,7 @@ def search(
             settings=settings,
             mode=mode,  # type: ignore[arg-type]
             limit=limit,
-            category=category,
+            filters=filters,
             document_ids=list(doc_ids) or None,
         )
     if as_json:
