@@ -33,6 +33,12 @@ def sql_functions_dir() -> Path:
     return _locate("sql_functions")
 
 
+def function_files(directory: Path | None = None) -> dict[str, str]:
+    """``{name: text}`` for each ``sql_functions/<name>.sql``."""
+    directory = directory or sql_functions_dir()
+    return {p.stem: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.sql"))}
+
+
 def eval_dir() -> Path:
     """``eval/``: the question sets and the recorded baseline."""
     return _locate("eval")

@@ -33,10 +33,7 @@ class Migration:
     functions: dict[str, str | None]
 
 
-def function_files(directory: Path | None = None) -> dict[str, str]:
-    """``{name: text}`` for each ``sql_functions/<name>.sql``."""
-    directory = directory or resources.sql_functions_dir()
-    return {p.stem: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.sql"))}
+function_files = resources.function_files
 
 
 def _literal(tree: ast.Module, name: str) -> object:

@@ -98,7 +98,7 @@ def function_drift(conn: psycopg.Connection[Any]) -> list[str]:
 
     Re-runs every file of sql_functions/ in a transaction that is rolled back, and compares
     ``pg_get_functiondef`` before and after (as tests/test_migrations.py does)."""
-    from loader.devtools.snapshot import function_files
+    from loader.resources import function_files
 
     files = function_files()
     before = conn.execute(queries.KB_FUNCTION_DEFINITIONS).fetchall()
@@ -137,7 +137,7 @@ def function_grants() -> dict[str, list[str]]:
     new function is checked as soon as it has a file): ``reader`` the functions granted to
     kb_reader, ``writer`` those granted to kb_writer, ``restricted`` those revoked from PUBLIC and
     not granted to kb_reader (kb_reader must not call them)."""
-    from loader.devtools.snapshot import function_files
+    from loader.resources import function_files
 
     reader: set[str] = set()
     writer: set[str] = set()
