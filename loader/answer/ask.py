@@ -41,12 +41,17 @@ def ask(
     filters: SearchFilters | None = None,
 ) -> Answer:
     """Answer ``question`` with the configured models over a connection of its own, within
-    ``category`` and ``filters`` (source, metadata).
+    ``filters`` (``pgkb ask --category/--source/--meta``; ``category`` is a shorthand). A single
+    category also scopes everything else the answer reads (related documents, the agent's tools
+    and graph).
 
     The reader agent's steps use ``agent_chat_model`` when it is set, else ``chat_model``."""
     from loader.providers.chat import ChatClient
     from loader.providers.embeddings import get_embedder
 
+    filters = SearchFilters.of(category=category).merged(filters)
+    if len(filters.category) == 1:
+        category = filters.category[0]
     if agent and settings.agent_model != settings.chat_model:
         settings = settings.replace(chat_model=settings.agent_model)
     client = ChatClient.from_settings(settings)

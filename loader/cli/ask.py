@@ -73,8 +73,7 @@ def ask(
         text,
         settings,
         agent=agent,
-        category=category,
-        filters=search_filters(None, source_pattern, meta_filters),
+        filters=search_filters(category, source_pattern, meta_filters),
         on_text=on_text if streaming else None,
     )
 
