@@ -1,4 +1,4 @@
-"""``schema/schema.sql`` is the schema a database migrated to head has: tables, indexes,
+"""``alembic/schema.sql`` is the schema a database migrated to head has: tables, indexes,
 triggers, roles and grants (``pg_dump --schema-only``, cleaned; functions are in
 ``sql_functions/``). A migration that changes the schema without regenerating the file fails here.
 
@@ -42,11 +42,11 @@ def test_schema_file_matches_a_freshly_migrated_database(db_url: str, pg_dump: s
     expected = SCHEMA_FILE.read_text(encoding="utf-8")
     diff = "".join(
         difflib.unified_diff(
-            expected.splitlines(True), text.splitlines(True), "schema/schema.sql", "migrated"
+            expected.splitlines(True), text.splitlines(True), "alembic/schema.sql", "migrated"
         )
     )
     assert text == expected, (
-        "schema/schema.sql differs from a database migrated to head; regenerate it with "
+        "alembic/schema.sql differs from a database migrated to head; regenerate it with "
         "WRITE_SCHEMA_SQL=1 python -m pytest tests/test_schema_file.py\n" + diff
     )
 

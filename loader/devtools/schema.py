@@ -1,7 +1,7 @@
-"""Write ``schema/schema.sql``: the schema as it is at head, readable in one place.
+"""Write ``alembic/schema.sql``: the schema as it is at head, readable in one place.
 
 The migrations build the schema step by step (tables in 0001, the graph in 0004, roles and grants
-in 0005, ...); ``schema/schema.sql`` is what they add up to: the extension, the ``kb`` schema, its
+in 0005, ...); ``alembic/schema.sql`` is what they add up to: the extension, the ``kb`` schema, its
 tables, sequences, constraints, indexes, triggers and comments, the roles ``kb_reader`` and
 ``kb_writer`` and every grant. Functions are left out: each lives in ``sql_functions/``.
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 
-SCHEMA_FILE = Path(__file__).resolve().parent.parent.parent / "schema" / "schema.sql"
+SCHEMA_FILE = Path(__file__).resolve().parent.parent.parent / "alembic" / "schema.sql"
 
 HEADER = """\
 -- The schema of a pgkb knowledge base at head: what the migrations in alembic/versions/ add up
@@ -118,7 +118,7 @@ def clean_dump(dump: str) -> tuple[str, list[str]]:
 
 
 def render(url: str, binary: str | None = None) -> str:
-    """The text of ``schema/schema.sql`` for the database at ``url``."""
+    """The text of ``alembic/schema.sql`` for the database at ``url``."""
     binary = binary or pg_dump_binary()
     run = subprocess.run(
         [binary, "--schema-only", "--no-owner", "--dbname", url], capture_output=True, text=True
