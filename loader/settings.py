@@ -161,6 +161,11 @@ class Settings:
     agent_chat_model: str | None = None
     """A (cheaper) chat model for the reader agent's steps; unset: ``chat_model``."""
 
+    # --- serving (pgkb serve) -------------------------------------------------------------------
+    serve_token: str | None = None
+    """Bearer token ``pgkb serve`` requires on every request but ``/healthz``; unset: none (keep
+    the server on 127.0.0.1 then)."""
+
     @property
     def agent_model(self) -> str | None:
         """The model the reader agent uses: ``agent_chat_model``, else ``chat_model``."""

@@ -11,11 +11,13 @@
 --   indexes                             [{name, table, bytes, valid}]
 --   total_bytes                         sum of the kb tables' total sizes (with indexes, TOAST)
 --   last_runs                           the last_runs newest rows of kb.ingest_runs, newest first
--- Reads only (STABLE). EXECUTE for kb_writer (and the owner), not for kb_reader.
+-- Reads only (STABLE). SECURITY DEFINER, EXECUTE for kb_writer and kb_reader (pgkb stats as
+-- either role); it shows counts, sizes and the run log, never document text.
 CREATE OR REPLACE FUNCTION kb.stats(last_runs integer DEFAULT 5)
 RETURNS jsonb
 LANGUAGE sql
 STABLE
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT pg_catalog.jsonb_build_object(
@@ -76,6 +78,9 @@ DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_writer') THEN
         GRANT EXECUTE ON FUNCTION kb.stats(integer) TO kb_writer;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
+        GRANT EXECUTE ON FUNCTION kb.stats(integer) TO kb_reader;
     END IF;
 END
 $$;

@@ -220,7 +220,11 @@ class Toolbox:
         if missing:
             with self.conn.cursor(row_factory=class_row(queries.DocumentRow)) as cur:
                 rows = cur.execute(
-                    queries.DOCUMENTS_BY_ID, {"ids": missing, "category": self.category}
+                    queries.DOCUMENTS_BY_ID,
+                    {
+                        "ids": missing,
+                        "filters": json.dumps({"category": self.category} if self.category else {}),
+                    },
                 ).fetchall()
             for row in rows:
                 self._documents[row.document_id] = DocumentInfo(
@@ -431,7 +435,12 @@ class Toolbox:
             ]
             self.remember(passages)
             out["chunks"] = [
-                {"chunk_index": p.chunk_index, "heading_path": p.heading_path, "content": p.content}
+                {
+                    "chunk_id": p.chunk_id,
+                    "chunk_index": p.chunk_index,
+                    "heading_path": p.heading_path,
+                    "content": p.content,
+                }
                 for p in passages
             ]
         elif status == "outline":

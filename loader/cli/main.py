@@ -89,6 +89,12 @@ class PgkbGroup(click.Group):
         except Exception as exc:
             import psycopg
 
+            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+                from loader.db.connect import privilege_error
+
+                app = ctx.find_object(App)
+                error = privilege_error(exc, app.settings().database_url if app else None)
+                fail(ctx, error.message, error.hint or "", error.exit_code)
             if not isinstance(exc, psycopg.OperationalError):
                 if ctx.meta.get(JSON_FLAG):  # a bug: still one JSON object, then the traceback
                     emit_json(
@@ -157,6 +163,7 @@ from loader.cli.models import models, reembed  # noqa: E402
 from loader.cli.quickstart import quickstart  # noqa: E402
 from loader.cli.removal import remove, stale  # noqa: E402
 from loader.cli.search import search  # noqa: E402
+from loader.cli.serve import mcp, serve  # noqa: E402
 from loader.cli.stats import stats  # noqa: E402
 
 cli.add_command(ask)
@@ -166,12 +173,14 @@ cli.add_command(doctor)
 cli.add_command(eval_command)
 cli.add_command(graph)
 cli.add_command(ingest)
+cli.add_command(mcp)
 cli.add_command(models)
 cli.add_command(quickstart)
 cli.add_command(reembed)
 cli.add_command(reindex)
 cli.add_command(remove)
 cli.add_command(search)
+cli.add_command(serve)
 cli.add_command(stale)
 cli.add_command(stats)
 cli.add_command(vacuum)

@@ -8,6 +8,7 @@ schema on the Python side (the frozen ``loader.migration_ops`` keeps its own cop
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 
@@ -81,3 +82,25 @@ def register_vector(conn: psycopg.Connection[Any]) -> None:
             "the database has no pgvector extension (type vector not found)",
             hint="run `pgkb db upgrade`, which creates it; the server must have pgvector installed",
         ) from None
+
+
+def privilege_error(exc: Exception, url: str | None = None) -> DatabaseError:
+    """An ``InsufficientPrivilege`` error as one actionable message: what was denied, and the
+    ``pgkb db grant`` that gives it (``--read`` for the search, graph and read functions,
+    ``--write`` for tables and maintenance functions, as ``sql_functions/`` grants them)."""
+    from loader.ops.doctor import function_grants
+
+    diag = getattr(exc, "diag", None)
+    message = (getattr(diag, "message_primary", None) or str(exc)).strip().splitlines()[0]
+    role = "ROLE"
+    if url:
+        with contextlib.suppress(psycopg.ProgrammingError):
+            role = str(psycopg.conninfo.conninfo_to_dict(url).get("user") or role)
+    found = re.search(r"permission denied for function (\w+)", message)
+    reader = found is not None and found.group(1) in function_grants()["reader"]
+    flag, what = ("--read", "search and read") if reader else ("--write", "load and maintain")
+    return DatabaseError(
+        f"{message} (the role {role} lacks a grant)",
+        hint=f"as the knowledge base's owner, run `pgkb db grant {role} {flag}` to let it "
+        f"{what}; `pgkb db grant --help` lists what each grant allows",
+    )

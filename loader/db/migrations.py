@@ -30,7 +30,15 @@ def alembic_config(settings: Settings | None = None, url: str | None = None) -> 
 
 
 def current_revision(conn: psycopg.Connection[Any]) -> str | None:
-    """The Alembic revision of the ``kb`` schema, or None when it was never migrated."""
+    """The Alembic revision of the ``kb`` schema, or None when it was never migrated.
+
+    Read through ``kb.schema_version()`` when this role may call it (a ``kb_reader`` role has
+    no table privilege), else from the Alembic table."""
+    callable_ = conn.execute(queries.SCHEMA_VERSION_CALLABLE).fetchone()
+    if callable_ is not None and callable_[0]:
+        version = conn.execute(queries.SCHEMA_VERSION).fetchone()
+        conn.rollback()
+        return None if version is None or version[0] is None else str(version[0])
     exists = conn.execute(queries.VERSION_TABLE_EXISTS).fetchone()
     if not exists or not exists[0]:
         conn.rollback()

@@ -23,6 +23,13 @@ from psycopg import sql
 
 VERSION_TABLE_EXISTS = "SELECT to_regclass('kb.alembic_version') IS NOT NULL"
 SCHEMA_REVISION = "SELECT version_num FROM kb.alembic_version"
+SCHEMA_VERSION_CALLABLE = """
+SELECT coalesce(has_function_privilege(p.oid, 'EXECUTE'), false)
+  FROM (SELECT to_regprocedure('kb.schema_version()')::oid AS oid) AS p
+"""
+"""Can this role call ``kb.schema_version()`` (migration 0009; kb_reader has no table
+privilege, so it cannot read ``kb.alembic_version`` itself)?"""
+SCHEMA_VERSION = "SELECT kb.schema_version()"
 PGVECTOR_AVAILABLE = "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
 PGVECTOR_INSTALLED = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
 SERVER_VERSION = "SHOW server_version"
@@ -90,38 +97,42 @@ SELECT chunk_id, document_id, title, source_uri, chunk_index, heading_path, cont
 """
 
 VECTOR_SEARCH = """
-SELECT v.chunk_id, v.document_id, v.title, v.source_uri, v.chunk_index, v.heading_path, v.content,
-       v.similarity AS score, v.rank AS vector_rank, v.similarity AS vector_similarity,
-       NULL::integer AS keyword_rank, NULL::double precision AS keyword_score,
-       d.category, d.metadata, c.token_count
-  FROM kb.vector_search(
+WITH v AS MATERIALIZED (
+    SELECT * FROM kb.vector_search(
            query_embedding => %(query_embedding)s,
            match_count => %(match_count)s,
            filters => %(filters)s::jsonb,
            document_ids => %(document_ids)s::uuid[],
            min_similarity => %(min_similarity)s,
            model => %(model)s,
-           ef_search => %(ef_search)s) AS v
-  JOIN kb.chunks c ON c.id = v.chunk_id
-  JOIN kb.documents d ON d.id = v.document_id
+           ef_search => %(ef_search)s))
+SELECT v.chunk_id, v.document_id, v.title, v.source_uri, v.chunk_index, v.heading_path, v.content,
+       v.similarity AS score, v.rank AS vector_rank, v.similarity AS vector_similarity,
+       NULL::integer AS keyword_rank, NULL::double precision AS keyword_score,
+       d.category, coalesce(d.metadata, '{}'::jsonb) AS metadata, d.token_count
+  FROM v LEFT JOIN kb.chunk_details(ARRAY(SELECT v.chunk_id FROM v)) AS d
+       ON d.chunk_id = v.chunk_id
  ORDER BY v.rank
 """
 
 KEYWORD_SEARCH = """
-SELECT k.chunk_id, k.document_id, k.title, k.source_uri, k.chunk_index, k.heading_path, k.content,
-       k.score, NULL::integer AS vector_rank, NULL::double precision AS vector_similarity,
-       k.rank AS keyword_rank, k.score AS keyword_score,
-       d.category, d.metadata, c.token_count
-  FROM kb.keyword_search(
+WITH k AS MATERIALIZED (
+    SELECT * FROM kb.keyword_search(
            query_text => %(query_text)s,
            match_count => %(match_count)s,
            filters => %(filters)s::jsonb,
            document_ids => %(document_ids)s::uuid[],
-           keyword_ranking => %(keyword_ranking)s) AS k
-  JOIN kb.chunks c ON c.id = k.chunk_id
-  JOIN kb.documents d ON d.id = k.document_id
+           keyword_ranking => %(keyword_ranking)s))
+SELECT k.chunk_id, k.document_id, k.title, k.source_uri, k.chunk_index, k.heading_path, k.content,
+       k.score, NULL::integer AS vector_rank, NULL::double precision AS vector_similarity,
+       k.rank AS keyword_rank, k.score AS keyword_score,
+       d.category, coalesce(d.metadata, '{}'::jsonb) AS metadata, d.token_count
+  FROM k LEFT JOIN kb.chunk_details(ARRAY(SELECT k.chunk_id FROM k)) AS d
+       ON d.chunk_id = k.chunk_id
  ORDER BY k.rank
 """
+"""Both modes read the chunks' category, metadata and token count through kb.chunk_details, so
+a kb_reader role (no table privilege) gets the same columns as hybrid mode."""
 
 # --- the abstention gate (loader.answer.abstention) ----------------------------------------------
 
@@ -135,57 +146,19 @@ class QueryTerm:
     idf: float
 
 
-# Does the exact name (whole words, any case) occur in some chunk? The phrase query narrows the
-# candidates through the GIN index on tsv; the regular expression checks the surface form, so
-# "LATERAL" is not found in a chunk that says "later". A name made only of stop words counts as
-# found.
-NAME_FOUND = """
-SELECT numnode(phraseto_tsquery('english', %(phrase)s)) = 0
-    OR EXISTS (SELECT 1 FROM kb.chunks c
-                WHERE c.tsv @@ phraseto_tsquery('english', %(phrase)s)
-                  AND (c.heading_path || ' ' || c.content) ~* %(regex)s)
-"""
+# The abstention gate's corpus checks, each a SECURITY DEFINER function (sql_functions/), so a
+# kb_reader role, which has no table privilege, gets the same verdicts as the owner.
+NAME_FOUND = "SELECT kb.name_found(%(phrase)s, %(regex)s)"
+"""Does the exact name (whole words, any case) occur in some chunk (see kb.name_found)?"""
+WORD_LEXEMES = "SELECT word, absent, lexemes FROM kb.word_lexemes(%(words)s::text[])"
+NEAR_LEXEMES = "SELECT kb.near_lexemes(%(lexeme)s)"
+"""Corpus lexemes that could be the word a misspelled one meant (the caller computes the edit
+distance on this short list)."""
+SQUASHED_LEXEME_FOUND = "SELECT kb.squashed_lexeme_found(%(squashed)s)"
+CHUNK_LEXEMES = "SELECT chunk_id, lexemes FROM kb.chunk_lexemes(%(ids)s, %(lexemes)s::text[])"
+ABSTENTION_RULE = "SELECT kb.abstention_rule()"
+"""The calibrated rule stored in kb.settings (NULL when none)."""
 
-WORD_LEXEMES = """
-SELECT w.word,
-       coalesce(bool_and(t.df IS NULL), false) AND count(l.lexeme) > 0 AS absent,
-       array_remove(array_agg(l.lexeme), NULL) AS lexemes
-  FROM unnest(%(words)s::text[]) AS w(word)
-  LEFT JOIN LATERAL unnest(to_tsvector('english', w.word)) AS l ON true
-  LEFT JOIN kb.term_stats t ON t.lexeme = l.lexeme AND t.df > 0
- GROUP BY w.word
-"""
-
-# Corpus lexemes that could be the word a misspelled one meant: the same first two letters and
-# a length within one (the edit distance itself is computed by the caller on this short list).
-NEAR_LEXEMES = """
-SELECT t.lexeme FROM kb.term_stats t
- WHERE t.df > 0 AND t.lexeme LIKE %(prefix)s
-   AND length(t.lexeme) BETWEEN %(shortest)s AND %(longest)s
-"""
-
-# Is there a corpus lexeme with separators in it that spells a name's letters and digits? The
-# name is compared as written and stemmed (iPSCderived: the corpus lexeme is 'ipsc-deriv');
-# lexemes without separators are left out, so a stem never stands for a name (LATERAL is not
-# 'later'). The range on the first letter keeps the scan to one slice of the lexeme index.
-SQUASHED_LEXEME_FOUND = """
-SELECT EXISTS (
-    SELECT 1 FROM kb.term_stats t
-     WHERE t.lexeme >= %(first)s AND t.lexeme < %(after)s
-       AND t.lexeme ~ '[^[:alnum:]]'
-       AND regexp_replace(t.lexeme, '[^[:alnum:]]', '', 'g')
-           IN (%(squashed)s, coalesce((ts_lexize('english_stem', %(squashed)s))[1], %(squashed)s)))
-"""
-
-CHUNK_LEXEMES = """
-SELECT c.id,
-       array(SELECT unnest(tsvector_to_array(c.tsv))
-             INTERSECT SELECT unnest(%(lexemes)s::text[]))
-  FROM kb.chunks c
- WHERE c.id = ANY(%(ids)s)
-"""
-
-SETTING = "SELECT value FROM kb.settings WHERE key = %s"
 SAVE_SETTING = """
 INSERT INTO kb.settings (key, value) VALUES (%s, %s)
     ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()
@@ -207,11 +180,9 @@ class MergedSpan:
 
 
 DOCUMENTS_BY_ID = """
-SELECT d.id AS document_id, d.title, d.source_uri,
-       (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::int AS chunk_count
-  FROM kb.documents d
- WHERE d.id = ANY(%(ids)s::uuid[])
-   AND (%(category)s::text IS NULL OR d.category = %(category)s::text)
+SELECT document_id, title, source_uri, chunk_count
+  FROM kb.document_list(filters => %(filters)s::jsonb, document_ids => %(ids)s::uuid[],
+                        max_results => 10000)
 """
 """The documents the agent may name: with a category (the question's scope), only its own."""
 
@@ -225,6 +196,23 @@ class DocumentRow:
 
 
 READ_DOCUMENT = "SELECT * FROM kb.read_document(%s::uuid, %s, %s, %s)"
+
+NEIGHBOR_CHUNKS_IN_SCOPE = """
+WITH n AS MATERIALIZED (
+    SELECT * FROM kb.neighbor_chunks(%(chunk_id)s, %(before)s, %(after)s)
+), d AS (
+    SELECT document_id, title, source_uri
+      FROM kb.document_list(filters => %(filters)s::jsonb,
+                            document_ids => ARRAY(SELECT DISTINCT n.document_id FROM n))
+)
+SELECT n.chunk_id, n.document_id, d.title, d.source_uri, n.chunk_index, n.heading_path,
+       n.content, n.is_hit
+  FROM n JOIN d ON d.document_id = n.document_id
+ ORDER BY n.chunk_index
+"""
+"""A chunk and its neighbours, only when its document is within the filters (the servers'
+category scope), with the document's title and source."""
+PING = "SELECT 1"
 """Rows vary with the status (chunks or outline): read with ``dict_row``."""
 
 SOURCE_URIS = "SELECT source_uri FROM kb.documents"
@@ -291,13 +279,11 @@ DELETE_DOCUMENTS = "DELETE FROM kb.documents WHERE source_uri = ANY(%s)"
 
 # --- the document graph: reading (loader.graph.catalogue) ---------------------------------------
 
-DOCUMENT_ID_BY_ID = "SELECT id::text FROM kb.documents WHERE id = %s"
-DOCUMENT_ID_BY_SOURCE = "SELECT id::text FROM kb.documents WHERE source_uri = %s"
-DOCUMENTS_BY_SOURCE_SUFFIX = """
-SELECT id::text AS document_id, source_uri FROM kb.documents
- WHERE right(source_uri, length(%(suffix)s)) = %(suffix)s
- ORDER BY source_uri LIMIT 6
+FIND_DOCUMENTS = """
+SELECT document_id::text AS document_id, source_uri
+  FROM kb.find_documents(%(ref)s, %(filters)s::jsonb)
 """
+"""By id, exact source_uri, or the end of a source_uri; more than one row: ambiguous."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,17 +293,9 @@ class DocumentRef:
 
 
 LIST_DOCUMENTS = """
-SELECT d.id::text AS id, d.title, d.source_uri, d.category, d.doc_type, d.summary,
-       d.key_entities,
-       (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::integer AS chunks,
-       (SELECT count(*) FROM kb.document_relations r
-         WHERE r.source_id = d.id)::integer AS edges_out,
-       (SELECT count(*) FROM kb.document_relations r WHERE r.target_id = d.id)::integer AS edges_in,
-       d.updated_at
-  FROM kb.documents d
- WHERE %(category)s::text IS NULL OR d.category = %(category)s
- ORDER BY d.title, d.source_uri
- LIMIT %(limit)s
+SELECT document_id::text AS id, title, source_uri, category, doc_type, summary, key_entities,
+       chunk_count AS chunks, edges_out, edges_in, updated_at
+  FROM kb.document_list(filters => %(filters)s::jsonb, max_results => %(limit)s)
 """
 
 
@@ -337,10 +315,10 @@ class DocumentListRow:
 
 
 SHOW_DOCUMENT = """
-SELECT d.id::text AS id, d.title, d.source_uri, d.category, d.doc_type, d.summary,
-       d.key_entities, d.toc, d.metadata_origin, d.metadata, d.created_at, d.updated_at,
-       (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::integer AS chunks
-  FROM kb.documents d WHERE d.id = %s
+SELECT id::text AS id, title, source_uri, category, doc_type, summary, key_entities, toc,
+       metadata_origin, metadata, created_at, updated_at, chunks, edges_out, edges_in,
+       unresolved_links
+  FROM kb.show_document(%s)
 """
 
 
@@ -359,45 +337,9 @@ class DocumentDetailRow:
     created_at: datetime.datetime
     updated_at: datetime.datetime
     chunks: int
-
-
-DOCUMENT_EDGES = """
-SELECT 'out' AS direction, r.relation_type, r.origin, r.evidence, o.id::text AS document_id,
-       o.title, o.source_uri
-  FROM kb.document_relations r JOIN kb.documents o ON o.id = r.target_id
- WHERE r.source_id = %(id)s
-UNION ALL
-SELECT 'in', r.relation_type, r.origin, r.evidence, o.id::text, o.title, o.source_uri
-  FROM kb.document_relations r JOIN kb.documents o ON o.id = r.source_id
- WHERE r.target_id = %(id)s
- ORDER BY 1 DESC, 6, 5, 2
-"""
-
-
-@dataclasses.dataclass(frozen=True)
-class DocumentEdgeRow:
-    direction: str
-    """``out`` (this document -> the other) or ``in``."""
-    relation_type: str
-    origin: str
-    evidence: str | None
-    document_id: str
-    title: str
-    source_uri: str
-
-
-UNRESOLVED_LINKS = """
-SELECT l.target_uri, l.anchor FROM kb.document_links l
- WHERE l.source_id = %s
-   AND NOT EXISTS (SELECT 1 FROM kb.documents d WHERE d.source_uri = l.target_uri)
- ORDER BY l.target_uri
-"""
-
-
-@dataclasses.dataclass(frozen=True)
-class UnresolvedLinkRow:
-    target_uri: str
-    anchor: str
+    edges_out: list[dict[str, Any]]
+    edges_in: list[dict[str, Any]]
+    unresolved_links: list[dict[str, Any]]
 
 
 EXPLORE_GRAPH = """

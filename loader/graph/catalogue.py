@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,8 +22,6 @@ from loader.db import queries
 from loader.errors import PgkbError
 
 CATALOGUE_SIZE = 15
-
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
 
 class DocumentNotFound(PgkbError):
@@ -50,61 +47,56 @@ class GraphNode:
         return dataclasses.asdict(self)
 
 
-def find_document(conn: psycopg.Connection[Any], ref: str) -> str:
+def find_document(
+    conn: psycopg.Connection[Any], ref: str, *, filters: dict[str, Any] | None = None
+) -> str:
     """The id of the document ``ref`` names: its uuid, its source_uri, or the end of exactly one
-    source_uri (``sql-createindex.html``). :class:`DocumentNotFound` otherwise."""
+    source_uri (``sql-createindex.html``), within ``filters`` (kb.find_documents).
+    :class:`DocumentNotFound` otherwise."""
     ref = ref.strip()
-    if _UUID.match(ref):
-        row = conn.execute(queries.DOCUMENT_ID_BY_ID, (ref,)).fetchone()
-        if row:
-            return str(row[0])
-    row = conn.execute(queries.DOCUMENT_ID_BY_SOURCE, (ref,)).fetchone()
-    if row:
-        return str(row[0])
-    if ref:
-        suffix = ref if ref.startswith("/") else "/" + ref
-        with conn.cursor(row_factory=class_row(queries.DocumentRef)) as cur:
-            rows = cur.execute(queries.DOCUMENTS_BY_SOURCE_SUFFIX, {"suffix": suffix}).fetchall()
-        if len(rows) == 1:
-            return str(rows[0].document_id)
-        if len(rows) > 1:
-            names = ", ".join(r.source_uri for r in rows[:5])
-            raise DocumentNotFound(
-                f"{ref!r} matches several documents: {names}",
-                hint="give more of the path, the full source, or the document id",
-            )
+    with conn.cursor(row_factory=class_row(queries.DocumentRef)) as cur:
+        rows = cur.execute(
+            queries.FIND_DOCUMENTS, {"ref": ref, "filters": json.dumps(filters or {})}
+        ).fetchall()
+    if len(rows) == 1:
+        return str(rows[0].document_id)
+    if len(rows) > 1:
+        names = ", ".join(r.source_uri for r in rows[:5])
+        raise DocumentNotFound(
+            f"{ref!r} matches several documents: {names}",
+            hint="give more of the path, the full source, or the document id",
+        )
     raise DocumentNotFound(
-        f"no document {ref!r} in the knowledge base",
+        f"no document {ref!r} in the knowledge base"
+        + (f" (within {json.dumps(filters)})" if filters else ""),
         hint="`pgkb docs list` shows the documents (id and source)",
     )
 
 
 def list_documents(
-    conn: psycopg.Connection[Any], category: str | None = None, limit: int = 10_000
+    conn: psycopg.Connection[Any],
+    category: str | None = None,
+    limit: int = 10_000,
+    *,
+    filters: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
+    """The catalogue (kb.document_list): documents within ``category`` and ``filters``, by
+    title, at most ``limit``."""
+    merged = dict(filters or {})
+    if category is not None:
+        merged["category"] = category
     with conn.cursor(row_factory=class_row(queries.DocumentListRow)) as cur:
-        rows = cur.execute(queries.LIST_DOCUMENTS, {"category": category, "limit": limit})
+        rows = cur.execute(queries.LIST_DOCUMENTS, {"filters": json.dumps(merged), "limit": limit})
         return [dataclasses.asdict(row) for row in rows.fetchall()]
 
 
 def show_document(conn: psycopg.Connection[Any], document_id: str) -> dict[str, Any]:
+    """One document with its outline, edges in and out and unresolved links (kb.show_document)."""
     with conn.cursor(row_factory=class_row(queries.DocumentDetailRow)) as cur:
         row = cur.execute(queries.SHOW_DOCUMENT, (document_id,)).fetchone()
     if row is None:
         raise DocumentNotFound(f"no document {document_id} in the knowledge base")
-    info = dataclasses.asdict(row)
-    info["edges_out"], info["edges_in"] = [], []
-    with conn.cursor(row_factory=class_row(queries.DocumentEdgeRow)) as cur:
-        for edge in cur.execute(queries.DOCUMENT_EDGES, {"id": document_id}).fetchall():
-            info[f"edges_{edge.direction}"].append(
-                {"relation_type": edge.relation_type, "origin": edge.origin,
-                 "evidence": edge.evidence, "document_id": edge.document_id,
-                 "title": edge.title, "source_uri": edge.source_uri}
-            )  # fmt: skip
-    with conn.cursor(row_factory=class_row(queries.UnresolvedLinkRow)) as cur:
-        links = cur.execute(queries.UNRESOLVED_LINKS, (document_id,)).fetchall()
-    info["unresolved_links"] = [dataclasses.asdict(link) for link in links]
-    return info
+    return dataclasses.asdict(row)
 
 
 def explore(

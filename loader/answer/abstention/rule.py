@@ -150,8 +150,8 @@ def load_rule(conn: psycopg.Connection[Any], settings: Settings) -> AbstentionRu
     configured = settings.abstention_rule
     if configured:
         return AbstentionRule.from_json(configured, source="setting abstention_rule")
-    row = conn.execute(queries.SETTING, (SETTINGS_KEY,)).fetchone()
-    if row is None:
+    row = conn.execute(queries.ABSTENTION_RULE).fetchone()
+    if row is None or row[0] is None:
         return DEFAULT_RULE
     return AbstentionRule.from_json(row[0], source="calibrated")
 

@@ -69,11 +69,7 @@ def _squashed_found(conn: psycopg.Connection[Any], name: str) -> bool:
     squashed = re.sub(r"[\W_]", "", name).lower()
     if len(squashed) < MIN_SQUASHED_LENGTH:
         return False
-    first = squashed[0]
-    row = conn.execute(
-        queries.SQUASHED_LEXEME_FOUND,
-        {"squashed": squashed, "first": first, "after": chr(ord(first) + 1)},
-    ).fetchone()
+    row = conn.execute(queries.SQUASHED_LEXEME_FOUND, {"squashed": squashed}).fetchone()
     return bool(row is not None and row[0])
 
 
@@ -139,10 +135,7 @@ def _misspelt_corpus_word(conn: psycopg.Connection[Any], lexeme: str) -> bool:
     words the corpus has, misspelt, not things it never mentions; "hstore" is not "store"."""
     if len(lexeme) < MIN_TYPO_LENGTH or not lexeme[:2].isalpha():
         return False
-    near = conn.execute(
-        queries.NEAR_LEXEMES,
-        {"prefix": lexeme[:2] + "%", "shortest": len(lexeme) - 1, "longest": len(lexeme) + 1},
-    ).fetchall()
+    near = conn.execute(queries.NEAR_LEXEMES, {"lexeme": lexeme}).fetchall()
     return any(edit_distance(lexeme, str(row[0])) <= 1 for row in near)
 
 

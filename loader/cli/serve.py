@@ -1,0 +1,116 @@
+"""``pgkb mcp`` and ``pgkb serve``: the knowledge base as a warm process for agents and services.
+
+Both open one :class:`~loader.serve.service.KnowledgeService` (the model loaded once, a pool of
+read-only connections, the category scope) before they accept anything, so a wrong URL, a
+missing grant or a schema behind this pgkb stops them with one ``Error:`` line.
+"""
+
+from __future__ import annotations
+
+import click
+
+from loader.cli.base import App, setting_option
+
+_category = click.option(
+    "--category",
+    help="Serve only documents of this category: every tool passes it to SQL.",
+)
+_pool = click.option(
+    "--pool-size",
+    type=click.IntRange(1, 64),
+    default=4,
+    show_default=True,
+    help="Database connections kept open.",
+)
+_host = click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind (another than 127.0.0.1 exposes the server to the network).",
+)
+
+
+@click.command("mcp")
+@_category
+@click.option("--http", "over_http", is_flag=True, help="Streamable HTTP (at /mcp), not stdio.")
+@_host
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@_pool
+@click.pass_obj
+def mcp(
+    app: App, category: str | None, over_http: bool, host: str, port: int, pool_size: int
+) -> None:
+    """A Model Context Protocol server: search, ask, read_document, neighbor_chunks,
+    explore_graph and list_documents as tools, over stdio (how desktop and coding agents start
+    tools) or streamable HTTP (--http).
+
+    It runs as the role its database URL names: a role given `pgkb db grant ROLE --read` can
+    use every tool."""
+    from loader.serve.mcp import run
+    from loader.serve.service import KnowledgeService
+
+    with KnowledgeService(app.settings(), category=category, pool_size=pool_size) as service:
+        if over_http:
+            click.echo(f"pgkb mcp: streamable HTTP on http://{host}:{port}/mcp", err=True)
+        run(service, http=over_http, host=host, port=port)
+
+
+@click.command("serve")
+@_category
+@_host
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@setting_option(
+    "serve_token",
+    "--token",
+    help="Bearer token every request but /healthz must send.",
+)
+@click.option(
+    "--max-body",
+    type=click.IntRange(1024),
+    default=1_000_000,
+    show_default=True,
+    help="Largest request body in bytes (larger: 413).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    default=8,
+    show_default=True,
+    help="Requests handled at once; the others wait up to 30 s, then 503.",
+)
+@_pool
+@click.pass_obj
+def serve(
+    app: App,
+    category: str | None,
+    host: str,
+    port: int,
+    serve_token: str | None,
+    max_body: int,
+    concurrency: int,
+    pool_size: int,
+) -> None:
+    """An HTTP service: POST /v1/embeddings (OpenAI's format, the knowledge base's model),
+    POST /v1/search, POST /v1/ask, GET /healthz.
+
+    A service in any language embeds its query here and calls hybrid_search in SQL as a
+    `pgkb db grant --read` role; or asks /v1/search directly."""
+    from loader.serve.http import run
+    from loader.serve.service import KnowledgeService
+
+    settings = app.settings(serve_token=serve_token)
+    service = KnowledgeService(settings, category=category, pool_size=pool_size).open()
+    if host not in ("127.0.0.1", "localhost", "::1") and not settings.serve_token:
+        click.secho(
+            f"warning: serving on {host} without a token; set PGKB_SERVE_TOKEN",
+            fg="yellow",
+            err=True,
+        )
+    run(
+        service,
+        host=host,
+        port=port,
+        token=settings.serve_token,
+        max_body=max_body,
+        concurrency=concurrency,
+    )

@@ -1,0 +1,448 @@
+"""The warm knowledge base both servers share: a pool of read-only connections, the embedding
+model loaded once, and an optional category scope passed to SQL on every call.
+
+Each method validates its arguments (bounded limits, known modes, a document named by id or
+source), borrows one pooled connection, calls the SQL functions through the same code the CLI
+and the reader agent use (:func:`loader.search.search`,
+:func:`loader.answer.single.answer_question`, :class:`loader.answer.tools.Toolbox`,
+:mod:`loader.graph.catalogue`) and returns a JSON-ready dict. Failures are one of two
+:class:`~loader.errors.PgkbError` kinds the servers map to their protocol: :class:`BadRequest`
+(the caller can fix the arguments) and :class:`Unavailable` (the database cannot be reached;
+the pool reconnects by itself when it is back).
+
+The scope: with ``category`` set, every call passes it to the SQL functions as their filter
+(``kb.hybrid_search``'s filters, ``kb.document_list``, ``kb.find_documents``,
+``kb.explore_graph``), so a document of another category is never found, read or listed; a call
+asking for another category is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from loader.db import queries
+from loader.errors import DatabaseError, ModelMismatchError, PgkbError
+from loader.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MAX_SEARCH_LIMIT = 50
+MAX_LIST_LIMIT = 1000
+LIST_LIMIT = 200
+READ_TOKENS = 4000
+MAX_READ_TOKENS = 20_000
+MIN_READ_TOKENS = 200
+MAX_NEIGHBOURS = 10
+GRAPH_TOKENS = 6000
+MAX_EMBED_INPUTS = 256
+MAX_QUERY_CHARS = 4000
+
+
+class BadRequest(PgkbError):
+    """An argument the caller can fix (HTTP 400, an MCP tool error)."""
+
+
+class Unavailable(DatabaseError):
+    """The database cannot be reached now (HTTP 503); later calls reconnect."""
+
+
+def _bounded(name: str, value: int | None, low: int, high: int, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{name} must be an integer from {low} to {high}, got {value!r}")
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be from {low} to {high}, got {value}")
+    return value
+
+
+def _text(name: str, value: Any, limit: int = MAX_QUERY_CHARS) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest(f"{name} must be a non-empty string")
+    if len(value) > limit:
+        raise BadRequest(f"{name} is {len(value)} characters long; at most {limit} are accepted")
+    return value.strip()
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """A new pooled connection: autocommit, every transaction read-only, pgvector's types."""
+    from loader.db.connect import register_vector
+
+    conn.autocommit = True
+    conn.execute(queries.SESSION_READ_ONLY)
+    conn.read_only = True
+    register_vector(conn)
+
+
+class KnowledgeService:
+    """The warm process: call :meth:`open` once, then the methods from any thread."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        category: str | None = None,
+        pool_size: int = 4,
+        wait_timeout: float = 10.0,
+    ) -> None:
+        from psycopg_pool import ConnectionPool
+
+        from loader.db.connect import database_url
+        from loader.providers.chat import ChatClient
+        from loader.providers.embeddings import get_embedder
+
+        self.settings = settings
+        self.category = category.strip() if category and category.strip() else None
+        self.url = database_url(settings)
+        self.embedder = get_embedder(settings)
+        self.chat = ChatClient.from_settings(settings)
+        self.wait_timeout = wait_timeout
+        self._embed_lock = threading.Lock()
+        self.pool = ConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs={"connect_timeout": 5, "application_name": "pgkb serve"},
+            configure=_configure,
+            check=ConnectionPool.check_connection,
+            timeout=wait_timeout,
+            reconnect_timeout=24 * 3600,
+            open=False,
+            name="pgkb",
+        )
+        self.schema_revision: str | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def open(self) -> KnowledgeService:
+        """Load the model, open the pool and check the schema and the model; raises a
+        :class:`PgkbError` saying what to fix (the server does not start)."""
+        from loader.db.migrations import check_schema
+
+        self.embed_query("warm up")
+        self.pool.open(wait=False)
+        with self.connection() as conn:
+            self.schema_revision = check_schema(conn)
+            row = conn.execute(queries.ACTIVE_MODEL).fetchone()
+        if row is not None and (row[1], row[2]) != (self.embedder.name, self.embedder.dims):
+            self.close()
+            raise ModelMismatchError(
+                f"the configured embedding model {self.embedder.name} ({self.embedder.dims} dims) "
+                f"is not the knowledge base's active model {row[1]} ({row[2]} dims)",
+                hint=f"set PGKB_EMBEDDING_MODEL={row[1]} and PGKB_EMBEDDING_DIMS={row[2]}",
+            )
+        return self
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> KnowledgeService:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled read-only connection; database failures become :class:`Unavailable`, a
+        missing grant one message naming ``pgkb db grant``, any other SQL error
+        :class:`BadRequest`."""
+        from psycopg_pool import PoolTimeout
+
+        from loader.db.connect import privilege_error
+
+        try:
+            with self.pool.connection(timeout=self.wait_timeout) as conn:
+                yield conn
+        except PoolTimeout:
+            raise Unavailable(
+                f"the database did not answer within {self.wait_timeout:g} s",
+                hint="check that the server is running; pgkb reconnects by itself when it is back",
+            ) from None
+        except psycopg.OperationalError as exc:
+            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise Unavailable(
+                f"the database connection failed: {detail}",
+                hint="check that the server is running; the next call reconnects",
+            ) from None
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise privilege_error(exc, self.url) from None
+        except psycopg.Error as exc:
+            message = (exc.diag.message_primary or str(exc)).strip()
+            raise BadRequest(message, hint=exc.diag.message_hint) from None
+
+    def _scope(self, category: str | None) -> str | None:
+        asked = category.strip() if isinstance(category, str) and category.strip() else None
+        if self.category is None:
+            return asked
+        if asked is not None and asked != self.category:
+            raise BadRequest(
+                f"this server is scoped to category {self.category!r}; category {asked!r} is "
+                "not available",
+                hint="leave category out, or start another server for that category",
+            )
+        return self.category
+
+    def _filters(self, category: str | None) -> dict[str, Any]:
+        return {"category": category} if category else {}
+
+    # -- embeddings --------------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        return self.embedder.name
+
+    def embed_query(self, text: str) -> list[float]:
+        with self._embed_lock:  # one model call at a time: two cores, no oversubscription
+            return list(self.embedder.embed_query(text))
+
+    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+        """Vectors of ``texts`` with the knowledge base's model, and their token count."""
+        if not texts:
+            raise BadRequest("input is empty: give a string or a list of strings")
+        if len(texts) > MAX_EMBED_INPUTS:
+            raise BadRequest(f"at most {MAX_EMBED_INPUTS} inputs per request, got {len(texts)}")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise BadRequest(f"input[{i}] must be a string (token arrays are not accepted)")
+            if not text:
+                raise BadRequest(f"input[{i}] is an empty string")
+        with self._embed_lock:
+            vectors = [list(v) for v in self.embedder.embed(list(texts))]
+        tokens = sum(self.embedder.count_tokens(t) for t in texts)
+        return vectors, tokens
+
+    # -- the tools -----------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        mode: str = "hybrid",
+        limit: int | None = None,
+        category: str | None = None,
+        source: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        min_similarity: float | None = None,
+        document_ids: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """The best chunks for ``query`` (kb.hybrid_search, kb.vector_search, kb.keyword_search)."""
+        from loader.search import MODES, search
+
+        text = _text("query", query)
+        if mode not in MODES:
+            raise BadRequest(f"unknown mode {mode!r}; use one of: {', '.join(MODES)}")
+        count = _bounded("limit", limit, 1, MAX_SEARCH_LIMIT, self.settings.match_count)
+        scope = self._scope(category)
+        filters: dict[str, Any] = {}
+        if source is not None:
+            filters["source"] = _text("source", source, 1000)
+        if metadata is not None:
+            if not isinstance(metadata, Mapping):
+                raise BadRequest('metadata must be a JSON object, e.g. {"team": "hr"}')
+            filters["metadata"] = dict(metadata)
+        if min_similarity is not None and not -1.0 <= float(min_similarity) <= 1.0:
+            raise BadRequest(f"min_similarity must be from -1 to 1, got {min_similarity}")
+        if document_ids is not None and len(document_ids) > 100:
+            raise BadRequest("document_ids may name at most 100 documents")
+        settings = self.settings.replace(min_similarity=min_similarity)
+        embedding = None if mode == "keyword" else self.embed_query(text)
+        with self.connection() as conn:
+            try:
+                hits = search(
+                    conn,
+                    text,
+                    embedding,
+                    settings=settings,
+                    mode=mode,
+                    limit=count,
+                    category=scope,
+                    document_ids=list(document_ids) if document_ids else None,
+                    filters=filters,
+                )
+            except ModelMismatchError:
+                raise
+            except PgkbError as exc:
+                raise BadRequest(exc.message, hint=exc.hint) from None
+        return {"query": text, "mode": mode, "results": [h.to_dict() for h in hits]}
+
+    def ask(self, question: str, *, category: str | None = None) -> dict[str, Any]:
+        """The cited answer (or "I don't know"), as ``pgkb ask --json`` prints it; without a chat
+        model the answer is the cited passages."""
+        from loader.answer.single import answer_question
+
+        text = _text("question", question)
+        scope = self._scope(category)
+        with self.connection() as conn:
+            answer = answer_question(
+                conn, self.settings, text, embedder=self, client=self.chat, category=scope
+            )
+        return answer.to_json()
+
+    def _document_id(self, conn: psycopg.Connection[Any], ref: str, scope: str | None) -> str:
+        from loader.graph.catalogue import DocumentNotFound, find_document
+
+        try:
+            return find_document(conn, _text("document", ref, 2000), filters=self._filters(scope))
+        except DocumentNotFound as exc:
+            raise BadRequest(exc.message, hint=exc.hint) from None
+
+    def read_document(
+        self,
+        document: str,
+        *,
+        chunk_start: int | None = None,
+        chunk_end: int | None = None,
+        max_tokens: int | None = None,
+        category: str | None = None,
+    ) -> dict[str, Any]:
+        """A document (named by id, source, or the end of its source) or a chunk range of it;
+        what does not fit ``max_tokens`` comes back as its outline (kb.read_document)."""
+        from loader.answer.tools import Toolbox, ToolRefusal
+
+        budget = _bounded("max_tokens", max_tokens, MIN_READ_TOKENS, MAX_READ_TOKENS, READ_TOKENS)
+        scope = self._scope(category)
+        with self.connection() as conn:
+            doc_id = self._document_id(conn, document, scope)
+            tools = Toolbox(conn, self.settings, self, category=scope)
+            args = {"document_id": doc_id, "chunk_start": chunk_start, "chunk_end": chunk_end}
+            try:
+                return tools.read_document(args, budget)
+            except ToolRefusal as exc:
+                raise BadRequest(str(exc)) from None
+
+    def neighbor_chunks(
+        self,
+        chunk_id: int,
+        *,
+        before: int | None = None,
+        after: int | None = None,
+        category: str | None = None,
+    ) -> dict[str, Any]:
+        """The chunk with up to ``before``/``after`` chunks around it in its document
+        (kb.neighbor_chunks, the document checked against the scope in SQL)."""
+        chunk = _bounded("chunk_id", chunk_id, 1, 2**63 - 1, 0)
+        scope = self._scope(category)
+        params = {
+            "chunk_id": chunk,
+            "before": _bounded("before", before, 0, MAX_NEIGHBOURS, 1),
+            "after": _bounded("after", after, 0, MAX_NEIGHBOURS, 1),
+            "filters": json.dumps(self._filters(scope)),
+        }
+        with self.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(queries.NEIGHBOR_CHUNKS_IN_SCOPE, params).fetchall()
+        if not rows:
+            raise BadRequest(
+                f"no chunk {chunk}" + (f" in category {scope!r}" if scope else ""),
+                hint="use a chunk_id from search results",
+            )
+        first = rows[0]
+        return {
+            "document_id": str(first["document_id"]),
+            "title": first["title"],
+            "source_uri": first["source_uri"],
+            "chunks": [
+                {
+                    "chunk_id": r["chunk_id"],
+                    "chunk_index": r["chunk_index"],
+                    "heading_path": r["heading_path"],
+                    "content": r["content"],
+                    "is_hit": r["is_hit"],
+                }
+                for r in rows
+            ],
+        }
+
+    def explore_graph(
+        self,
+        *,
+        document: str | None = None,
+        query: str | None = None,
+        depth: int | None = None,
+        relation_types: Sequence[str] | None = None,
+        limit: int | None = None,
+        category: str | None = None,
+    ) -> dict[str, Any]:
+        """Documents around a document, matching a query, or the most connected ones
+        (kb.explore_graph within the scope)."""
+        from loader.answer.tools import MAX_GRAPH_DEPTH, MAX_GRAPH_LIMIT, Toolbox, ToolRefusal
+
+        scope = self._scope(category)
+        args: dict[str, Any] = {
+            "depth": _bounded("depth", depth, 1, MAX_GRAPH_DEPTH, 1),
+            "limit": _bounded("limit", limit, 1, MAX_GRAPH_LIMIT, 15),
+        }
+        if relation_types:
+            args["relation_types"] = list(relation_types)
+        if query is not None:
+            args["query"] = _text("query", query)
+        with self.connection() as conn:
+            if document is not None:
+                args["document_id"] = self._document_id(conn, document, scope)
+            tools = Toolbox(conn, self.settings, self, category=scope)
+            try:
+                return tools.explore_graph(args, GRAPH_TOKENS)
+            except ToolRefusal as exc:
+                raise BadRequest(str(exc)) from None
+
+    def list_documents(
+        self, *, limit: int | None = None, category: str | None = None
+    ) -> dict[str, Any]:
+        """The catalogue: each document's id, title, source, type, summary, key entities and
+        counts (kb.document_list within the scope), by title."""
+        from loader.graph.catalogue import list_documents
+
+        count = _bounded("limit", limit, 1, MAX_LIST_LIMIT, LIST_LIMIT)
+        scope = self._scope(category)
+        with self.connection() as conn:
+            rows = list_documents(conn, scope, count + 1)
+        documents = [
+            {**{k: v for k, v in row.items() if k != "id"}, "document_id": row["id"],
+             "updated_at": str(row["updated_at"])}
+            for row in rows[:count]
+        ]  # fmt: skip
+        return {"documents": documents, "count": len(documents), "truncated": len(rows) > count}
+
+    def health(self) -> dict[str, Any]:
+        """Database reachable (a round trip through the pool) and model loaded."""
+        database = True
+        detail = None
+        try:
+            with self.connection() as conn:
+                conn.execute(queries.PING).fetchone()
+        except PgkbError as exc:
+            database, detail = False, exc.message
+        status: dict[str, Any] = {
+            "status": "ok" if database else "unavailable",
+            "database": database,
+            "model": self.model_name,
+            "dims": self.embedder.dims,
+            "model_loaded": True,
+            "schema_revision": self.schema_revision,
+            "category": self.category,
+        }
+        if detail:
+            status["detail"] = detail
+        return status
+
+
+def parse_document_ids(values: Sequence[Any] | None) -> list[str] | None:
+    """Document ids as text, each checked to be a UUID (:class:`BadRequest` otherwise)."""
+    if not values:
+        return None
+    out = []
+    for value in values:
+        try:
+            out.append(str(uuid.UUID(str(value))))
+        except ValueError:
+            raise BadRequest(f"document id {value!r} is not a UUID") from None
+    return out
