@@ -22,6 +22,14 @@ _pool = click.option(
     show_default=True,
     help="Database connections kept open.",
 )
+_timeout = click.option(
+    "--timeout",
+    "wait_timeout",
+    type=click.FloatRange(0.1, 300),
+    default=10.0,
+    show_default=True,
+    help="Seconds a call waits for a database connection before it reports the database down.",
+)
 _host = click.option(
     "--host",
     default="127.0.0.1",
@@ -36,9 +44,16 @@ _host = click.option(
 @_host
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
 @_pool
+@_timeout
 @click.pass_obj
 def mcp(
-    app: App, category: str | None, over_http: bool, host: str, port: int, pool_size: int
+    app: App,
+    category: str | None,
+    over_http: bool,
+    host: str,
+    port: int,
+    pool_size: int,
+    wait_timeout: float,
 ) -> None:
     """A Model Context Protocol server: search, ask, read_document, neighbor_chunks,
     explore_graph and list_documents as tools, over stdio (how desktop and coding agents start
@@ -49,7 +64,10 @@ def mcp(
     from loader.serve.mcp import run
     from loader.serve.service import KnowledgeService
 
-    with KnowledgeService(app.settings(), category=category, pool_size=pool_size) as service:
+    service = KnowledgeService(
+        app.settings(), category=category, pool_size=pool_size, wait_timeout=wait_timeout
+    )
+    with service:
         if over_http:
             click.echo(f"pgkb mcp: streamable HTTP on http://{host}:{port}/mcp", err=True)
         run(service, http=over_http, host=host, port=port)
@@ -79,6 +97,7 @@ def mcp(
     help="Requests handled at once; the others wait up to 30 s, then 503.",
 )
 @_pool
+@_timeout
 @click.pass_obj
 def serve(
     app: App,
@@ -89,6 +108,7 @@ def serve(
     max_body: int,
     concurrency: int,
     pool_size: int,
+    wait_timeout: float,
 ) -> None:
     """An HTTP service: POST /v1/embeddings (OpenAI's format, the knowledge base's model),
     POST /v1/search, POST /v1/ask, GET /healthz.
@@ -99,7 +119,9 @@ def serve(
     from loader.serve.service import KnowledgeService
 
     settings = app.settings(serve_token=serve_token)
-    service = KnowledgeService(settings, category=category, pool_size=pool_size).open()
+    service = KnowledgeService(
+        settings, category=category, pool_size=pool_size, wait_timeout=wait_timeout
+    ).open()
     if host not in ("127.0.0.1", "localhost", "::1") and not settings.serve_token:
         click.secho(
             f"warning: serving on {host} without a token; set PGKB_SERVE_TOKEN",

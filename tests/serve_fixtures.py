@@ -1,0 +1,130 @@
+"""A small knowledge base for the servers' tests, ingested once per session with the real local
+model, and LOGIN roles given ``pgkb db grant --read`` and ``--write``.
+
+Two categories: ``handbook`` (an employee handbook) and ``engineering`` (database notes), so the
+tests can check that a server scoped to one never shows the other. Test modules import the
+fixtures (``from tests.serve_fixtures import serve_kb``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from loader.settings import Settings
+from tests.helpers import create_database, drop_database
+
+PASSWORD = "serve-pw"
+
+HANDBOOK = {
+    "equipment.md": "# Home office equipment budget\n\n"
+    "Every employee who works from home may spend up to 600 EUR on furniture for their home "
+    "workspace: a desk, an ergonomic chair and a monitor arm. The company covers the cost; "
+    "submit the receipts to the finance team within 30 days.\n\n"
+    "## Laptops\n\nThe IT team issues one laptop per employee and replaces it every three "
+    "years.\n",
+    "leave.md": "# Parental leave\n\n"
+    "Parents receive sixteen weeks of paid parental leave after the birth or adoption of a "
+    "child. Tell your manager eight weeks before the leave starts.\n\n"
+    "See also the [equipment budget](equipment.md) for returning to work from home.\n",
+    "travel.md": "# Business travel\n\n"
+    "Book trains for journeys under four hours. Hotels up to 150 EUR a night are reimbursed; "
+    "meals are paid by a daily allowance of 40 EUR.\n",
+}
+
+ENGINEERING = {
+    "createindex.md": "# CREATE INDEX\n\n"
+    "CREATE INDEX CONCURRENTLY builds an index without locking out writes: the table stays "
+    "available for INSERT, UPDATE and DELETE while the index is built, at the cost of two "
+    "table scans. A failed concurrent build leaves an INVALID index to drop.\n\n"
+    "## Storage parameters\n\nfillfactor sets how full each index page is packed.\n",
+    "vacuum.md": "# Routine vacuuming\n\n"
+    "VACUUM reclaims the storage of dead tuples. Autovacuum runs it automatically; "
+    "maintenance_work_mem bounds the memory it uses. See [CREATE INDEX](createindex.md).\n",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeKb:
+    settings: Settings
+    """The owner's settings (the real local model)."""
+    url: str
+    reader: str
+    reader_url: str
+    writer: str
+    writer_url: str
+    pg_url: str
+    dbname: str
+
+    def as_reader(self) -> Settings:
+        return dataclasses.replace(self.settings, database_url=self.reader_url)
+
+    def env(self, url: str) -> dict[str, str]:
+        return {"PGKB_DATABASE_URL": url, "PGKB_DATA_DIR": str(self.settings.data_dir)}
+
+
+def role_url(url: str, role: str) -> str:
+    """``url`` logging in as ``role`` (a libpq DSN)."""
+    return psycopg.conninfo.make_conninfo(url, user=role, password=PASSWORD)
+
+
+def _create_role(pg_url: str, name: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(name), sql.Literal(PASSWORD)
+            )
+        )
+
+
+def _drop_role(pg_url: str, name: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (name,)
+        )
+        admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def serve_kb(
+    pg_url: str, template_db: str, embedder: Any, tmp_path_factory: Any
+) -> Iterator[ServeKb]:
+    from loader.ingest.pipeline import ingest_paths
+    from loader.ops.roles import grant
+
+    root: Path = tmp_path_factory.mktemp("serve-docs")
+    for category, docs in (("handbook", HANDBOOK), ("engineering", ENGINEERING)):
+        (root / category).mkdir()
+        for name, text in docs.items():
+            (root / category / name).write_text(text)
+    name = f"pgkb_serve_{uuid.uuid4().hex[:8]}"
+    url = create_database(pg_url, name, template=template_db)
+    settings = Settings(database_url=url, data_dir=tmp_path_factory.mktemp("serve-kb"))
+    reader, writer = f"svc_read_{uuid.uuid4().hex[:6]}", f"svc_write_{uuid.uuid4().hex[:6]}"
+    try:
+        for category in ("handbook", "engineering"):
+            report = ingest_paths(
+                settings.replace(source_root=root), [root / category], category=category,
+                embedder=embedder,
+            )  # fmt: skip
+            assert report.exit_code == 0, report.to_dict()
+        for role in (reader, writer):
+            _create_role(pg_url, role)
+        with psycopg.connect(url) as conn:
+            grant(conn, reader, read=True, write=False, statement_timeout="10s")
+            grant(conn, writer, read=False, write=True)
+        yield ServeKb(
+            settings, url, reader, role_url(url, reader), writer, role_url(url, writer),
+            pg_url, name,
+        )  # fmt: skip
+    finally:
+        drop_database(pg_url, name)
+        for role in (reader, writer):
+            _drop_role(pg_url, role)

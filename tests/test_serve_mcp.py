@@ -1,0 +1,307 @@
+"""``pgkb mcp`` driven by the official SDK's client, as an agent would: a subprocess over stdio
+running as a ``pgkb db grant --read`` role, and a streamable HTTP server with two clients at once.
+
+Checked: the six tools are listed with descriptions and input/output schemas; each answers with
+titles, source_uris and ids; bad arguments are tool errors and the server keeps serving; a
+server scoped to a category never shows another category's documents; the database going away
+mid-session is reported as a tool error and the next calls recover.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.serve_fixtures import ServeKb, serve_kb  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.model
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = {"search", "ask", "read_document", "neighbor_chunks", "explore_graph", "list_documents"}
+FURNITURE = "Who covers the cost of furniture for my home workspace?"
+
+
+def _env(kb: ServeKb, url: str) -> dict[str, str]:
+    env = {
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        "XDG_CONFIG_HOME": os.environ.get("XDG_CONFIG_HOME", ""),
+        "HOME": os.environ.get("HOME", ""),
+        **kb.env(url),
+    }
+    return env
+
+
+def _command(*args: str) -> list[str]:
+    return ["-c", "from loader.cli import main; main()", "mcp", *args]
+
+
+def _structured(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    data: dict[str, Any] = result.structured_content
+    return data
+
+
+def _error_text(result: Any) -> str:
+    assert result.is_error, result.structured_content
+    return " ".join(getattr(c, "text", "") for c in result.content)
+
+
+async def _call(client: Any, name: str, args: dict[str, Any]) -> Any:
+    return await client.call_tool(name, args)
+
+
+def test_stdio_as_a_reader_role_every_tool_bad_arguments_and_an_outage(
+    serve_kb: ServeKb,  # noqa: F811
+) -> None:
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=_command("--timeout", "2"),
+        env=_env(serve_kb, serve_kb.reader_url),
+        cwd=str(ROOT),
+    )
+
+    async def session() -> None:
+        async with Client(params, read_timeout_seconds=120) as client:
+            listed = (await client.list_tools()).tools
+            assert {t.name for t in listed} == TOOLS
+            for tool in listed:
+                assert tool.description and len(tool.description) > 40, tool.name
+                assert tool.input_schema["type"] == "object"
+                assert tool.output_schema and tool.output_schema["type"] == "object", tool.name
+            search_schema = next(t for t in listed if t.name == "search").input_schema
+            assert search_schema["required"] == ["query"]
+            assert search_schema["properties"]["limit"]["maximum"] == 50
+
+            # search: the handbook's equipment page first, with what an agent cites
+            found = _structured(await _call(client, "search", {"query": FURNITURE}))
+            top = found["results"][0]
+            assert top["source_uri"].endswith("equipment.md"), found
+            assert top["title"] == "Home office equipment budget"
+            assert top["chunk_id"] > 0 and top["document_id"]
+            keyword = _structured(
+                await _call(client, "search", {"query": "CONCURRENTLY", "mode": "keyword"})
+            )
+            assert keyword["results"][0]["source_uri"].endswith("createindex.md")
+            vector = _structured(
+                await _call(client, "search", {"query": "building an index", "mode": "vector"})
+            )
+            assert vector["results"] and vector["results"][0]["vector_similarity"] is not None
+
+            # ask: no chat model configured, so the cited passages
+            answer = _structured(await _call(client, "ask", {"question": FURNITURE}))
+            assert not answer["abstained"], answer
+            assert answer["citations"][0]["source_uri"].endswith("equipment.md")
+
+            # read_document by the end of its source, then a chunk range by id
+            read = _structured(await _call(client, "read_document", {"document": "createindex.md"}))
+            assert read["status"] == "chunks" and read["title"] == "CREATE INDEX"
+            assert "CONCURRENTLY" in " ".join(c["content"] for c in read["chunks"])
+            assert all(c["chunk_id"] for c in read["chunks"])
+            ranged = _structured(
+                await _call(
+                    client,
+                    "read_document",
+                    {"document": read["document_id"], "chunk_start": 0, "chunk_end": 0},
+                )
+            )
+            assert [c["chunk_index"] for c in ranged["chunks"]] == [0]
+
+            # neighbor_chunks around a hit
+            around = _structured(
+                await _call(client, "neighbor_chunks", {"chunk_id": top["chunk_id"], "after": 2})
+            )
+            assert around["source_uri"] == top["source_uri"]
+            assert [c["is_hit"] for c in around["chunks"]].count(True) == 1
+
+            # explore_graph from the leave page: its link to the equipment page
+            graph = _structured(
+                await _call(client, "explore_graph", {"document": "handbook/leave.md"})
+            )
+            assert any(d["source_uri"].endswith("equipment.md") for d in graph["documents"])
+
+            # list_documents: the catalogue of both categories
+            catalogue = _structured(await _call(client, "list_documents", {}))
+            assert catalogue["count"] == 5 and not catalogue["truncated"]
+            assert {d["category"] for d in catalogue["documents"]} == {"handbook", "engineering"}
+
+            # bad arguments: tool errors, and the server keeps answering
+            for name, args, says in (
+                ("search", {}, "query"),
+                ("search", {"query": "x", "limit": 500}, "limit"),
+                ("search", {"query": "x", "mode": "fuzzy"}, "mode"),
+                ("search", {"query": "   "}, "non-empty"),
+                ("search", {"query": "x", "document_ids": ["nope"]}, "not a UUID"),
+                ("search", {"query": "x", "metadata": {"a": 1}, "source": "%"}, ""),
+                ("read_document", {"document": "no-such-page.html"}, "no document"),
+                ("read_document", {"document": "vacuum.md", "chunk_start": 9}, "past the end"),
+                ("neighbor_chunks", {"chunk_id": 0}, "chunk_id"),
+                ("neighbor_chunks", {"chunk_id": 10**12}, "no chunk"),
+                ("explore_graph", {"document": "vacuum.md", "query": "x"}, "not both"),
+                ("explore_graph", {"relation_types": ["likes"]}, "unknown relation type"),
+                ("list_documents", {"limit": "many"}, "limit"),
+                ("nope", {}, "nope"),
+            ):
+                result = await _call(client, name, args)
+                if says:
+                    assert says in _error_text(result), (name, args)
+            assert _structured(await _call(client, "list_documents", {"limit": 1}))["truncated"]
+
+            # the database goes away mid-session: reported, then recovered
+            with psycopg.connect(serve_kb.pg_url, autocommit=True) as admin:
+                db = sql.Identifier(serve_kb.dbname)
+                admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(db))
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (serve_kb.dbname,),
+                )
+                try:
+                    down = await _call(client, "search", {"query": FURNITURE})
+                    assert "database" in _error_text(down)
+                finally:
+                    admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(db))
+            deadline = time.monotonic() + 60
+            while True:
+                again = await _call(client, "search", {"query": FURNITURE})
+                if not again.is_error or time.monotonic() > deadline:
+                    break
+                await anyio.sleep(0.5)
+            assert _structured(again)["results"][0]["source_uri"].endswith("equipment.md")
+
+    anyio.run(session)
+
+
+def test_a_server_scoped_to_a_category_never_shows_another(
+    serve_kb: ServeKb,  # noqa: F811
+) -> None:
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    with psycopg.connect(serve_kb.url) as conn:
+        vacuum_id = str(
+            conn.execute(
+                "SELECT id FROM kb.documents WHERE source_uri LIKE %s", ("%vacuum.md",)
+            ).fetchone()[0]  # type: ignore[index]
+        )
+        vacuum_chunk = conn.execute(
+            "SELECT c.id FROM kb.chunks c JOIN kb.documents d ON d.id = c.document_id "
+            "WHERE d.id = %s LIMIT 1",
+            (vacuum_id,),
+        ).fetchone()[0]  # type: ignore[index]
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=_command("--category", "handbook"),
+        env=_env(serve_kb, serve_kb.reader_url),
+        cwd=str(ROOT),
+    )
+
+    async def session() -> None:
+        async with Client(params, read_timeout_seconds=120) as client:
+            found = _structured(
+                await _call(client, "search", {"query": "CREATE INDEX CONCURRENTLY", "limit": 50})
+            )
+            assert found["results"], found
+            assert {r["category"] for r in found["results"]} == {"handbook"}
+            keyword = _structured(
+                await _call(client, "search", {"query": "vacuum", "mode": "keyword"})
+            )
+            assert keyword["results"] == []
+            catalogue = _structured(await _call(client, "list_documents", {}))
+            assert {d["category"] for d in catalogue["documents"]} == {"handbook"}
+            answer = _structured(await _call(client, "ask", {"question": "What does VACUUM do?"}))
+            cited = [c["source_uri"] for c in answer["citations"]]
+            cited += [d["source_uri"] for d in answer["related_documents"]]
+            assert not any("engineering" in uri for uri in cited), answer
+            for name, args in (
+                ("read_document", {"document": vacuum_id}),
+                ("read_document", {"document": "vacuum.md"}),
+                ("neighbor_chunks", {"chunk_id": vacuum_chunk}),
+                ("explore_graph", {"document": vacuum_id}),
+                ("search", {"query": "vacuum", "category": "engineering"}),
+                ("search", {"query": "vacuum", "document_ids": [vacuum_id]}),
+            ):
+                result = await _call(client, name, args)
+                if name == "search" and "document_ids" in args:
+                    assert _structured(result)["results"] == []
+                    continue
+                text = _error_text(result)
+                assert "no document" in text or "no chunk" in text or "scoped" in text, text
+            graph = _structured(await _call(client, "explore_graph", {"query": "vacuum index"}))
+            assert all("engineering" not in d["source_uri"] for d in graph["documents"])
+
+    anyio.run(session)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_streamable_http_serves_two_clients_at_once(serve_kb: ServeKb) -> None:  # noqa: F811
+    from mcp import Client
+
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, *_command("--http", "--port", str(port))],
+        env={**os.environ, **_env(serve_kb, serve_kb.reader_url)},
+        cwd=str(ROOT),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, process.stderr.read()  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "pgkb mcp --http did not start"
+                time.sleep(0.3)
+        url = f"http://127.0.0.1:{port}/mcp"
+        results: dict[str, list[str]] = {}
+
+        async def agent(name: str, question: str) -> None:
+            async with Client(url, read_timeout_seconds=120) as client:
+                assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+                uris = []
+                for _ in range(5):
+                    found = _structured(await client.call_tool("search", {"query": question}))
+                    uris.append(found["results"][0]["source_uri"])
+                results[name] = uris
+
+        async def both() -> None:
+            async with anyio.create_task_group() as group:
+                group.start_soon(agent, "a", FURNITURE)
+                group.start_soon(agent, "b", "How do I build an index without locking writes?")
+
+        anyio.run(both)
+        assert all(u.endswith("equipment.md") for u in results["a"]), results
+        assert all(u.endswith("createindex.md") for u in results["b"]), results
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+    assert process.returncode in (0, -15), process.returncode
+    json.dumps(results)  # the results were plain data
