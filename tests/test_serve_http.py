@@ -1,0 +1,215 @@
+"""``pgkb serve`` on a real uvicorn server (an ephemeral 127.0.0.1 port, one per module) running
+as a ``pgkb db grant --read`` role, with a bearer token.
+
+Checked: OpenAI's own client embeds through ``/v1/embeddings`` and gets pgkb's vector, which fed
+to ``hybrid_search`` in SQL as the reader role ranks like ``pgkb search``; the token is refused
+when missing or wrong; an oversized body is refused; 50 concurrent requests all succeed; errors
+are JSON ``{"error": {"message", "type"}}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import numpy as np
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from loader.cli import cli
+from tests.serve_fixtures import ServeKb, serve_kb  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.model
+
+TOKEN = "s3cret-token"
+FURNITURE = "Who covers the cost of furniture for my home workspace?"
+INDEX = "How do I build an index without locking writes?"
+
+
+@pytest.fixture(scope="module")
+def server(serve_kb: ServeKb) -> Iterator[str]:  # noqa: F811
+    """Base URL of ``pgkb serve``'s app on uvicorn, as the reader role, with a token."""
+    import uvicorn
+
+    from loader.serve.http import create_app
+    from loader.serve.service import KnowledgeService
+
+    service = KnowledgeService(serve_kb.as_reader(), pool_size=4).open()
+    app = create_app(service, token=TOKEN, max_body=64_000, concurrency=8)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    instance = uvicorn.Server(config)
+    thread = threading.Thread(target=instance.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not instance.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    port = instance.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        instance.should_exit = True
+        thread.join(timeout=30)
+    assert service.pool.closed  # the lifespan closed the pool at shutdown
+
+
+def _auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_openai_client_embeddings_match_pgkb_and_rank_like_the_cli_in_sql(
+    server: str,
+    serve_kb: ServeKb,  # noqa: F811
+    embedder: Any,
+) -> None:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server + "/v1", api_key=TOKEN, max_retries=0)
+    response = client.embeddings.create(model=embedder.name, input=FURNITURE)
+    vector = np.asarray(response.data[0].embedding, dtype=np.float64)
+    ours = np.asarray(embedder.embed_query(FURNITURE), dtype=np.float64)
+    assert len(vector) == 384 and response.model == embedder.name
+    cosine = float(vector @ ours / (np.linalg.norm(vector) * np.linalg.norm(ours)))
+    assert cosine >= 0.9999
+    assert response.usage.prompt_tokens > 5
+
+    # the vector into hybrid_search as the reader role, as a service would in psql
+    with psycopg.connect(serve_kb.reader_url) as reader:
+        from pgvector.psycopg import register_vector
+
+        register_vector(reader)
+        model = reader.execute("SELECT name, dims FROM active_model()").fetchone()
+        assert model == (embedder.name, 384)
+        rows = reader.execute(
+            "SELECT chunk_id FROM hybrid_search(%s, %s::vector)",
+            (FURNITURE, "[" + ",".join(map(str, vector.tolist())) + "]"),
+        ).fetchall()
+    result = CliRunner().invoke(
+        cli, ["search", FURNITURE, "--json"], env=serve_kb.env(serve_kb.reader_url)
+    )
+    assert result.exit_code == 0, result.output
+    cli_ids = [hit["chunk_id"] for hit in json.loads(result.stdout)]
+    assert [r[0] for r in rows] == cli_ids
+    assert json.loads(result.stdout)[0]["source_uri"].endswith("equipment.md")
+
+    # several inputs, float format through plain HTTP
+    many = httpx.post(
+        server + "/v1/embeddings",
+        json={"input": [FURNITURE, INDEX], "encoding_format": "float"},
+        headers=_auth(),
+    )
+    assert many.status_code == 200, many.text
+    body = many.json()
+    assert [d["index"] for d in body["data"]] == [0, 1]
+    assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"]
+    first = np.asarray(body["data"][0]["embedding"])
+    assert float(first @ ours) >= 0.9999
+    encoded = httpx.post(
+        server + "/v1/embeddings",
+        json={"input": INDEX, "encoding_format": "base64"},
+        headers=_auth(),
+    ).json()
+    decoded = np.frombuffer(base64.b64decode(encoded["data"][0]["embedding"]), dtype="<f4")
+    assert np.allclose(decoded, body["data"][1]["embedding"], atol=1e-6)
+    models = httpx.get(server + "/v1/models", headers=_auth()).json()
+    assert models["data"][0]["id"] == embedder.name
+
+
+@pytest.mark.parametrize(
+    ("payload", "says"),
+    [
+        ({"input": "x", "dimensions": 1536}, "384 dimensions"),
+        ({"input": "x", "model": "text-embedding-3-small"}, "embeds with"),
+        ({"input": []}, "non-empty list"),
+        ({"input": [1, 2, 3]}, "must be a string"),
+        ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
+        ({"input": "x", "colour": "red"}, "unknown field"),
+    ],
+)
+def test_embeddings_refuse_what_they_cannot_honour(
+    server: str, payload: dict[str, Any], says: str
+) -> None:
+    response = httpx.post(server + "/v1/embeddings", json=payload, headers=_auth())
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert says in error["message"] and error["type"] == "invalid_request_error"
+
+
+def test_search_and_ask_return_json(server: str) -> None:
+    found = httpx.post(
+        server + "/v1/search", json={"query": INDEX, "limit": 3}, headers=_auth()
+    ).json()
+    assert len(found["results"]) == 3
+    assert found["results"][0]["source_uri"].endswith("createindex.md")
+    scoped = httpx.post(
+        server + "/v1/search",
+        json={"query": INDEX, "category": "handbook", "mode": "keyword"},
+        headers=_auth(),
+    ).json()
+    assert all(r["category"] == "handbook" for r in scoped["results"])
+    answer = httpx.post(server + "/v1/ask", json={"question": FURNITURE}, headers=_auth()).json()
+    assert answer["citations"][0]["source_uri"].endswith("equipment.md")
+    assert answer["mode"] == "extractive"
+    for path, payload, says in (
+        ("/v1/search", {"query": ""}, "non-empty"),
+        ("/v1/search", {"query": "x", "limit": 0}, "limit"),
+        ("/v1/search", {"query": "x", "mode": "fuzzy"}, "mode"),
+        ("/v1/search", {"query": "x", "metadata": "hr"}, "metadata"),
+        ("/v1/ask", {"question": 3}, "question"),
+    ):
+        response = httpx.post(server + path, json=payload, headers=_auth())
+        assert response.status_code == 400, (path, payload)
+        assert says in response.json()["error"]["message"]
+    bad = httpx.post(server + "/v1/search", content=b"{not json", headers=_auth())
+    assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
+    missing = httpx.get(server + "/v2/nothing", headers=_auth())
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found"
+
+
+def test_the_token_is_required_but_not_for_healthz(server: str) -> None:
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+        refused = httpx.post(server + "/v1/search", json={"query": "x"}, headers=headers)
+        assert refused.status_code == 401
+        assert refused.json()["error"]["type"] == "authentication_error"
+    health = httpx.get(server + "/healthz")
+    assert health.status_code == 200
+    assert health.json()["database"] is True and health.json()["model_loaded"] is True
+
+
+def test_an_oversized_body_is_refused(server: str) -> None:
+    big = {"input": "word " * 20_000}
+    response = httpx.post(server + "/v1/embeddings", json=big, headers=_auth())
+    assert response.status_code == 413
+    assert response.json()["error"]["type"] == "request_too_large"
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield b'{"input": "'
+        for _ in range(100):
+            yield b"word " * 200
+        yield b'"}'
+
+    streamed = httpx.post(server + "/v1/embeddings", content=chunks(), headers=_auth())
+    assert streamed.status_code == 413
+
+
+def test_fifty_concurrent_requests_all_succeed(server: str) -> None:
+    questions = [FURNITURE, INDEX, "parental leave weeks", "hotel reimbursement", "VACUUM"]
+
+    def one(i: int) -> int:
+        path, payload = (
+            ("/v1/search", {"query": questions[i % 5]})
+            if i % 2
+            else ("/v1/embeddings", {"input": questions[i % 5]})
+        )
+        return httpx.post(server + path, json=payload, headers=_auth(), timeout=120).status_code
+
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        codes = list(pool.map(one, range(50)))
+    assert codes == [200] * 50
