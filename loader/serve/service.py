@@ -130,9 +130,13 @@ class KnowledgeService:
 
         self.embed_query("warm up")
         self.pool.open(wait=False)
-        with self.connection() as conn:
-            self.schema_revision = check_schema(conn)
-            row = conn.execute(queries.ACTIVE_MODEL).fetchone()
+        try:
+            with self.connection() as conn:
+                self.schema_revision = check_schema(conn)
+                row = conn.execute(queries.ACTIVE_MODEL).fetchone()
+        except BaseException:
+            self.close()
+            raise
         if row is not None and (row[1], row[2]) != (self.embedder.name, self.embedder.dims):
             self.close()
             raise ModelMismatchError(
