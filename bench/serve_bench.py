@@ -36,6 +36,7 @@ QUESTION_FILES = [
     "eval/questions.json",
     "eval/questions-holdout.json",
 ]
+CHECK = "How do I build an index without locking writes?"
 PGKB = [sys.executable, "-c", "from loader.cli import main; main()"]
 
 
@@ -151,6 +152,11 @@ def bench_mcp(env: dict[str, str], texts: list[str], clients: int, seconds: floa
 
     async def run() -> None:
         async with Client(params, read_timeout_seconds=120) as client:
+            # what an agent does first: list the tools, ask, read the citations
+            tools = sorted(t.name for t in (await client.list_tools()).tools)
+            answer = (await client.call_tool("ask", {"question": CHECK})).structured_content
+            cited = [c["source_uri"] for c in (answer or {}).get("citations", [])]
+            lines.append(f"MCP tools: {', '.join(tools)}; ask {CHECK!r} cites: {', '.join(cited)}")
             for text in texts[:5]:
                 await client.call_tool("search", {"query": text})
             times = []
@@ -227,6 +233,7 @@ def main() -> None:
     ]
     mcp = bench_mcp(env, texts, args.clients, args.seconds)
     http = bench_http(env, texts, args.clients, args.seconds)
+    lines.insert(0, mcp.pop(0))
     lines += [mcp[0], http[0], *bench_cli(env, texts[: args.cli_queries])]
     lines += [
         "",

@@ -126,24 +126,25 @@ class KnowledgeService:
     def open(self) -> KnowledgeService:
         """Load the model, open the pool and check the schema and the model; raises a
         :class:`PgkbError` saying what to fix (the server does not start)."""
+        from loader.db.connect import connect, privilege_error
         from loader.db.migrations import check_schema
 
         self.embed_query("warm up")
-        self.pool.open(wait=False)
+        conn = connect(self.url, register=False)  # a clear error for a wrong URL or a down server
         try:
-            with self.connection() as conn:
-                self.schema_revision = check_schema(conn)
-                row = conn.execute(queries.ACTIVE_MODEL).fetchone()
-        except BaseException:
-            self.close()
-            raise
+            self.schema_revision = check_schema(conn)
+            row = conn.execute(queries.ACTIVE_MODEL).fetchone()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise privilege_error(exc, self.url) from None
+        finally:
+            conn.close()
         if row is not None and (row[1], row[2]) != (self.embedder.name, self.embedder.dims):
-            self.close()
             raise ModelMismatchError(
                 f"the configured embedding model {self.embedder.name} ({self.embedder.dims} dims) "
                 f"is not the knowledge base's active model {row[1]} ({row[2]} dims)",
                 hint=f"set PGKB_EMBEDDING_MODEL={row[1]} and PGKB_EMBEDDING_DIMS={row[2]}",
             )
+        self.pool.open(wait=False)
         return self
 
     def close(self) -> None:
@@ -411,6 +412,7 @@ class KnowledgeService:
             rows = list_documents(conn, scope, count + 1)
         documents = [
             {**{k: v for k, v in row.items() if k != "id"}, "document_id": row["id"],
+             "key_entities": list(row["key_entities"] or []),
              "updated_at": str(row["updated_at"])}
             for row in rows[:count]
         ]  # fmt: skip
