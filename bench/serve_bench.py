@@ -13,7 +13,9 @@ seconds. Throughput: --clients concurrent clients (threads with their own HTTP c
 MCP, concurrent calls on one stdio session) sending the queries round-robin for --seconds.
 
 Queries: the questions of eval/manual/questions-*.json, then eval/questions*.json, in file
-order, the first --queries of them. Prints a Markdown table, the commit and the database's size.
+order, the first --queries of them. For comparison, the same queries' embedding and
+``kb.hybrid_search`` call are also timed in this process, without a server. Prints Markdown
+tables, the commit and the database's size.
 """
 
 from __future__ import annotations
@@ -200,6 +202,34 @@ def bench_cli(env: dict[str, str], texts: list[str]) -> list[str]:
     return [row("CLI `pgkb search --json` (new process each)", times, errors)]
 
 
+def bench_in_process(url: str, texts: list[str]) -> list[str]:
+    """The same work without a server: embed the query and call kb.hybrid_search in this
+    process (what each server call costs before its transport)."""
+    from loader.db.session import connection
+    from loader.providers.embeddings import get_embedder
+    from loader.search import search
+    from loader.settings import load_settings
+
+    settings = load_settings(database_url=url)
+    embedder = get_embedder(settings)
+    embed_times, sql_times = [], []
+    with connection(settings) as conn:
+        conn.autocommit = True
+        for text in texts[:5]:
+            search(conn, text, embedder.embed_query(text), settings=settings)
+        for text in texts:
+            start = time.perf_counter()
+            vector = embedder.embed_query(text)
+            middle = time.perf_counter()
+            search(conn, text, vector, settings=settings)
+            sql_times.append(time.perf_counter() - middle)
+            embed_times.append(middle - start)
+    return [
+        row("in process: embed the query (no server)", embed_times),
+        row("in process: kb.hybrid_search round trip (no server)", sql_times),
+    ]
+
+
 def describe(url: str) -> str:
     import psycopg
 
@@ -234,7 +264,8 @@ def main() -> None:
     mcp = bench_mcp(env, texts, args.clients, args.seconds)
     http = bench_http(env, texts, args.clients, args.seconds)
     lines.insert(0, mcp.pop(0))
-    lines += [mcp[0], http[0], *bench_cli(env, texts[: args.cli_queries])]
+    lines += [mcp[0], http[0], *bench_in_process(args.database_url, texts)]
+    lines += bench_cli(env, texts[: args.cli_queries])
     lines += [
         "",
         "| throughput | seconds | requests | requests/s | errors |",
