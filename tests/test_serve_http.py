@@ -213,3 +213,21 @@ def test_fifty_concurrent_requests_all_succeed(server: str) -> None:
     with ThreadPoolExecutor(max_workers=50) as pool:
         codes = list(pool.map(one, range(50)))
     assert codes == [200] * 50
+
+
+def test_the_pool_only_reads_even_as_the_owner(serve_kb: ServeKb) -> None:  # noqa: F811
+    from loader.serve.service import BadRequest, KnowledgeService
+
+    with KnowledgeService(serve_kb.settings, pool_size=1) as service:
+        for statement in (
+            "DELETE FROM kb.documents",
+            "INSERT INTO kb.settings (key, value) VALUES ('x', '1')",
+        ):
+            with (
+                pytest.raises(BadRequest, match="read-only transaction"),
+                service.connection() as conn,
+            ):
+                conn.execute(statement)
+        assert service.health()["database"] is True
+    with psycopg.connect(serve_kb.url) as conn:
+        assert conn.execute("SELECT count(*) FROM kb.documents").fetchone() == (5,)
