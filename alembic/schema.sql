@@ -367,20 +367,38 @@ ALTER TABLE ONLY kb.embeddings
 GRANT USAGE ON SCHEMA kb TO kb_reader;
 GRANT USAGE ON SCHEMA kb TO kb_writer;
 
+-- acl: FUNCTION abstention_rule()
+REVOKE ALL ON FUNCTION kb.abstention_rule() FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.abstention_rule() TO kb_reader;
+
 -- acl: FUNCTION activate_model(model_name text, model_dims integer)
 REVOKE ALL ON FUNCTION kb.activate_model(model_name text, model_dims integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.activate_model(model_name text, model_dims integer) TO kb_writer;
 
 -- acl: FUNCTION active_model()
+REVOKE ALL ON FUNCTION kb.active_model() FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.active_model() TO kb_writer;
+GRANT ALL ON FUNCTION kb.active_model() TO kb_reader;
 
 -- acl: FUNCTION build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer)
 REVOKE ALL ON FUNCTION kb.build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer) TO kb_writer;
 
+-- acl: FUNCTION chunk_details(chunk_ids bigint[])
+REVOKE ALL ON FUNCTION kb.chunk_details(chunk_ids bigint[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.chunk_details(chunk_ids bigint[]) TO kb_reader;
+
+-- acl: FUNCTION chunk_lexemes(chunk_ids bigint[], lexemes text[])
+REVOKE ALL ON FUNCTION kb.chunk_lexemes(chunk_ids bigint[], lexemes text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.chunk_lexemes(chunk_ids bigint[], lexemes text[]) TO kb_reader;
+
 -- acl: FUNCTION chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint)
 REVOKE ALL ON FUNCTION kb.chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint) TO kb_writer;
+
+-- acl: FUNCTION document_list(filters jsonb, document_ids uuid[], max_results integer)
+REVOKE ALL ON FUNCTION kb.document_list(filters jsonb, document_ids uuid[], max_results integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.document_list(filters jsonb, document_ids uuid[], max_results integer) TO kb_reader;
 
 -- acl: FUNCTION drop_model(model_name text, model_dims integer)
 REVOKE ALL ON FUNCTION kb.drop_model(model_name text, model_dims integer) FROM PUBLIC;
@@ -392,6 +410,10 @@ GRANT ALL ON FUNCTION kb.drop_model_index(model_id integer) TO kb_writer;
 -- acl: FUNCTION explore_graph(start_document uuid, query_text text, max_depth integer, relation_types text[], filters jsonb, document_ids uuid[], max_results integer)
 REVOKE ALL ON FUNCTION kb.explore_graph(start_document uuid, query_text text, max_depth integer, relation_types text[], filters jsonb, document_ids uuid[], max_results integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.explore_graph(start_document uuid, query_text text, max_depth integer, relation_types text[], filters jsonb, document_ids uuid[], max_results integer) TO kb_reader;
+
+-- acl: FUNCTION find_documents(ref text, filters jsonb)
+REVOKE ALL ON FUNCTION kb.find_documents(ref text, filters jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.find_documents(ref text, filters jsonb) TO kb_reader;
 
 -- acl: FUNCTION hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer)
 REVOKE ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer) FROM PUBLIC;
@@ -417,6 +439,14 @@ GRANT ALL ON FUNCTION kb.merge_neighbors(chunk_id bigint, before integer, after 
 REVOKE ALL ON FUNCTION kb.models() FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.models() TO kb_writer;
 
+-- acl: FUNCTION name_found(phrase text, surface_regex text)
+REVOKE ALL ON FUNCTION kb.name_found(phrase text, surface_regex text) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.name_found(phrase text, surface_regex text) TO kb_reader;
+
+-- acl: FUNCTION near_lexemes(lexeme text)
+REVOKE ALL ON FUNCTION kb.near_lexemes(lexeme text) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.near_lexemes(lexeme text) TO kb_reader;
+
 -- acl: FUNCTION neighbor_chunks(chunk_id bigint, before integer, after integer)
 REVOKE ALL ON FUNCTION kb.neighbor_chunks(chunk_id bigint, before integer, after integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.neighbor_chunks(chunk_id bigint, before integer, after integer) TO kb_reader;
@@ -437,6 +467,19 @@ GRANT ALL ON FUNCTION kb.register_model(model_name text, model_dims integer, mod
 REVOKE ALL ON FUNCTION kb.remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean) TO kb_writer;
 
+-- acl: FUNCTION schema_version()
+REVOKE ALL ON FUNCTION kb.schema_version() FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.schema_version() TO kb_reader;
+GRANT ALL ON FUNCTION kb.schema_version() TO kb_writer;
+
+-- acl: FUNCTION show_document(document_id uuid)
+REVOKE ALL ON FUNCTION kb.show_document(document_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.show_document(document_id uuid) TO kb_reader;
+
+-- acl: FUNCTION squashed_lexeme_found(squashed text)
+REVOKE ALL ON FUNCTION kb.squashed_lexeme_found(squashed text) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.squashed_lexeme_found(squashed text) TO kb_reader;
+
 -- acl: FUNCTION stale_documents(older_than interval)
 REVOKE ALL ON FUNCTION kb.stale_documents(older_than interval) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.stale_documents(older_than interval) TO kb_writer;
@@ -444,10 +487,15 @@ GRANT ALL ON FUNCTION kb.stale_documents(older_than interval) TO kb_writer;
 -- acl: FUNCTION stats(last_runs integer)
 REVOKE ALL ON FUNCTION kb.stats(last_runs integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.stats(last_runs integer) TO kb_writer;
+GRANT ALL ON FUNCTION kb.stats(last_runs integer) TO kb_reader;
 
 -- acl: FUNCTION vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer)
 REVOKE ALL ON FUNCTION kb.vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer) TO kb_reader;
+
+-- acl: FUNCTION word_lexemes(words text[])
+REVOKE ALL ON FUNCTION kb.word_lexemes(words text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.word_lexemes(words text[]) TO kb_reader;
 
 -- acl: TABLE alembic_version
 GRANT SELECT ON TABLE kb.alembic_version TO kb_writer;
