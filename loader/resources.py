@@ -7,6 +7,7 @@ source checkout (or an editable install) uses the folders at the repository root
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -47,3 +48,32 @@ def eval_dir() -> Path:
 def sample_corpus_dir() -> Path:
     """The bundled sample corpus: 65 pages of the PostgreSQL 15 manual with its COPYRIGHT."""
     return PACKAGE_DIR / "data" / "sample"
+
+
+_GRANT = re.compile(
+    r"GRANT\s+EXECUTE\s+ON\s+FUNCTION\s+kb\.(\w+)\s*\([^)]*\)\s+TO\s+(kb_reader|kb_writer)",
+    re.IGNORECASE,
+)
+_REVOKE_PUBLIC = re.compile(
+    r"REVOKE\s+ALL\s+ON\s+FUNCTION\s+kb\.(\w+)\s*\([^)]*\)\s+FROM\s+PUBLIC", re.IGNORECASE
+)
+
+
+def function_grants() -> dict[str, list[str]]:
+    """Who may call which kb function, as the files of sql_functions/ grant it (every file, so a
+    new function is checked as soon as it has a file): ``reader`` the functions granted to
+    kb_reader, ``writer`` those granted to kb_writer, ``restricted`` those revoked from PUBLIC and
+    not granted to kb_reader (kb_reader must not call them)."""
+    reader: set[str] = set()
+    writer: set[str] = set()
+    revoked: set[str] = set()
+    for text in function_files().values():
+        body = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+        for name, role in _GRANT.findall(body):
+            (reader if role.lower() == "kb_reader" else writer).add(name)
+        revoked.update(_REVOKE_PUBLIC.findall(body))
+    return {
+        "reader": sorted(reader),
+        "writer": sorted(writer),
+        "restricted": sorted(revoked - reader),
+    }

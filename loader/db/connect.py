@@ -88,7 +88,7 @@ def privilege_error(exc: Exception, url: str | None = None) -> DatabaseError:
     """An ``InsufficientPrivilege`` error as one actionable message: what was denied, and the
     ``pgkb db grant`` that gives it (``--read`` for the search, graph and read functions,
     ``--write`` for tables and maintenance functions, as ``sql_functions/`` grants them)."""
-    from loader.ops.doctor import function_grants
+    from loader.resources import function_grants
 
     diag = getattr(exc, "diag", None)
     message = (getattr(diag, "message_primary", None) or str(exc)).strip().splitlines()[0]

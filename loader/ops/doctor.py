@@ -22,13 +22,13 @@ public_schema   PUBLIC may not create objects in schema public (SECURITY DEFINER
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 import psycopg
 
 from loader.db import queries
 from loader.errors import PgkbError
+from loader.resources import function_grants
 from loader.settings import Settings
 
 MIN_PGVECTOR = (0, 8)
@@ -121,37 +121,6 @@ def function_drift(conn: psycopg.Connection[Any]) -> list[str]:
         if name in after and after[name] != definition and f"kb.{name} differs" not in problems:
             problems.append(f"kb.{name} differs from sql_functions/{name}.sql")
     return problems
-
-
-_GRANT = re.compile(
-    r"GRANT\s+EXECUTE\s+ON\s+FUNCTION\s+kb\.(\w+)\s*\([^)]*\)\s+TO\s+(kb_reader|kb_writer)",
-    re.IGNORECASE,
-)
-_REVOKE_PUBLIC = re.compile(
-    r"REVOKE\s+ALL\s+ON\s+FUNCTION\s+kb\.(\w+)\s*\([^)]*\)\s+FROM\s+PUBLIC", re.IGNORECASE
-)
-
-
-def function_grants() -> dict[str, list[str]]:
-    """Who may call which kb function, as the files of sql_functions/ grant it (every file, so a
-    new function is checked as soon as it has a file): ``reader`` the functions granted to
-    kb_reader, ``writer`` those granted to kb_writer, ``restricted`` those revoked from PUBLIC and
-    not granted to kb_reader (kb_reader must not call them)."""
-    from loader.resources import function_files
-
-    reader: set[str] = set()
-    writer: set[str] = set()
-    revoked: set[str] = set()
-    for text in function_files().values():
-        body = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
-        for name, role in _GRANT.findall(body):
-            (reader if role.lower() == "kb_reader" else writer).add(name)
-        revoked.update(_REVOKE_PUBLIC.findall(body))
-    return {
-        "reader": sorted(reader),
-        "writer": sorted(writer),
-        "restricted": sorted(revoked - reader),
-    }
 
 
 def run_checks(settings: Settings) -> list[Check]:
