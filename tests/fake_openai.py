@@ -8,7 +8,8 @@ records every request it receives (path, headers, JSON body), and answers from a
     server.script("/v1/chat/completions", Reply(delay=5))       # a timeout for the client
 
 Scripted replies are used once each, in order; with none left, ``/v1/embeddings`` returns
-deterministic vectors (``dims`` long, derived from each input's hash) and
+deterministic vectors (``dims`` long, or the request's ``dimensions``, derived from each
+input's hash) and
 ``/v1/chat/completions`` answers "I don't know". Chat requests with ``"stream": true`` get the
 reply as server-sent events.
 """
@@ -129,8 +130,9 @@ class FakeOpenAI:
             inputs = request.body.get("input", [])
             if isinstance(inputs, str):
                 inputs = [inputs]
+            dims = int(request.body.get("dimensions") or self.dims)  # as text-embedding-3
             data = [
-                {"object": "embedding", "index": i, "embedding": fake_vector(str(t), self.dims)}
+                {"object": "embedding", "index": i, "embedding": fake_vector(str(t), dims)}
                 for i, t in enumerate(inputs)
             ]
             return Reply(

@@ -49,13 +49,17 @@ def _quiet(_: str) -> None:
 
 
 def parameters(settings: Settings) -> dict[str, Any]:
-    """The settings that shape retrieval, recorded beside every figure."""
-    return {
+    """The settings that shape retrieval, recorded beside every figure (the input limit and
+    chunk size as the model makes them; prompts, backend and reranker only when set)."""
+    from loader.providers.embeddings import chunk_size, get_embedder, identity
+
+    embedder = get_embedder(settings)
+    params: dict[str, Any] = {
         "embedding_provider": settings.embedding_provider,
         "embedding_model": settings.embedding_model,
         "embedding_dims": settings.embedding_dims,
-        "embedding_max_input_tokens": settings.embedding_max_input_tokens,
-        "chunk_tokens": settings.chunk_tokens,
+        "embedding_max_input_tokens": embedder.max_input_tokens,
+        "chunk_tokens": chunk_size(settings, embedder),
         "chunk_overlap": settings.chunk_overlap,
         "embed_heading_path": settings.embed_heading_path,
         "vector_candidates": settings.vector_candidates,
@@ -69,6 +73,16 @@ def parameters(settings: Settings) -> dict[str, Any]:
         "keyword_ranking": settings.keyword_ranking,
         "max_per_document": settings.max_per_document,
     }
+    params.update({f"embedding_{k}": v for k, v in identity(embedder).items() if v})
+    if settings.embedding_provider == "local" and settings.embedding_backend != "torch":
+        params["embedding_backend"] = settings.embedding_backend
+    if settings.rerank_provider != "off":
+        params.update(
+            rerank_provider=settings.rerank_provider,
+            rerank_model=settings.rerank_model,
+            rerank_candidates=settings.rerank_candidates,
+        )
+    return params
 
 
 def _retriever(conn: psycopg.Connection[Any], settings: Settings) -> Any:
