@@ -51,11 +51,12 @@ def _looks_like_path(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def model_folder(name: str) -> Path:
+def model_folder(name: str, setting: str = "embedding_model") -> Path:
     """The folder of local model ``name``: the bundled all-MiniLM-L6-v2, a folder on disk, or a
-    Hugging Face Hub model (from the cache, else downloaded). :class:`ConfigError` naming
-    ``PGKB_EMBEDDING_MODEL`` when none of these works."""
-    if name in (DEFAULT_MODEL, DEFAULT_MODEL.split("/")[1]):
+    Hugging Face Hub model (from the cache, else downloaded). :class:`ConfigError` naming the
+    ``setting`` (``PGKB_EMBEDDING_MODEL``, ``PGKB_RERANK_MODEL``) when none of these works."""
+    env = "PGKB_" + setting.upper()
+    if setting == "embedding_model" and name in (DEFAULT_MODEL, DEFAULT_MODEL.split("/")[1]):
         bundled = _bundled_model_path()
         if bundled is not None:
             return bundled
@@ -63,22 +64,22 @@ def model_folder(name: str) -> Path:
     if path.is_dir():
         if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
             raise ConfigError(
-                f"embedding_model {name!r} is a folder but holds no model (no modules.json or "
+                f"{setting} {name!r} is a folder but holds no model (no modules.json or "
                 "config.json)",
-                hint="set PGKB_EMBEDDING_MODEL to the folder a sentence-transformers model was "
-                "saved to (SentenceTransformer.save, or a Hugging Face Hub snapshot)",
+                hint=f"set {env} to the folder a sentence-transformers model was saved to "
+                "(SentenceTransformer.save, or a Hugging Face Hub snapshot)",
             )
         return path.resolve()
     if _looks_like_path(name) or path.exists():
         raise ConfigError(
-            f"embedding_model {name!r}: no such model folder",
-            hint="set PGKB_EMBEDDING_MODEL to an existing folder holding a sentence-transformers "
-            "model, or to a Hugging Face Hub name (e.g. BAAI/bge-small-en-v1.5)",
+            f"{setting} {name!r}: no such model folder",
+            hint=f"set {env} to an existing folder holding a sentence-transformers model, or "
+            "to a Hugging Face Hub name (e.g. BAAI/bge-small-en-v1.5)",
         )
-    return _hub_snapshot(name)
+    return _hub_snapshot(name, setting)
 
 
-def _hub_snapshot(name: str) -> Path:
+def _hub_snapshot(name: str, setting: str) -> Path:
     """Hub model ``name`` from the Hugging Face cache, else downloaded (where allowed)."""
     try:
         from huggingface_hub import snapshot_download
@@ -97,11 +98,11 @@ def _hub_snapshot(name: str) -> Path:
         except Exception as exc:
             why = f"the download failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     raise ConfigError(
-        f"embedding_model {name!r} is neither a model folder nor a model in the Hugging Face "
+        f"{setting} {name!r} is neither a model folder nor a model in the Hugging Face "
         f"cache, and it could not be downloaded from the Hub ({why})",
-        hint="set PGKB_EMBEDDING_MODEL to a folder holding the model (download it where there "
-        "is internet: huggingface-cli download NAME --local-dir FOLDER, or "
-        "SentenceTransformer(NAME).save(FOLDER)), or use PGKB_EMBEDDING_PROVIDER=openai",
+        hint=f"set PGKB_{setting.upper()} to a folder holding the model (download it where "
+        "there is internet: huggingface-cli download NAME --local-dir FOLDER, or "
+        "SentenceTransformer(NAME).save(FOLDER))",
     )
 
 
