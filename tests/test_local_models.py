@@ -162,3 +162,18 @@ def test_a_hub_name_comes_from_the_cache_offline_or_fails_clearly(
     )
     assert embedder.max_input_tokens == 24
     assert len(embedder.embed_query("vacuum")) == 32
+
+
+def test_models_add_takes_a_local_models_prompts_from_its_folder(
+    tiny: Path, tmp_path: Path, conn: psycopg.Connection[Any]
+) -> None:
+    from loader.ops.models import add_model, model_settings
+
+    ensure_model(conn, get_embedder(Settings(data_dir=tmp_path)))  # the active model: MiniLM
+    added = add_model(conn, str(tiny), 32, "local")
+    assert added.config["query_prompt"] == "query: "
+    assert added.config["document_prompt"] == "passage: "
+    again = model_settings(Settings(data_dir=tmp_path), added)
+    embedder = get_embedder(again)
+    assert isinstance(embedder, LocalEmbedder)
+    assert (embedder.query_prompt, embedder.document_prompt) == ("query: ", "passage: ")
