@@ -156,7 +156,9 @@ def load_model(path: str, device: str = "cpu", backend: str = "torch", **options
             if backend == "onnx":
                 from loader.providers.onnx_backend import OnnxSentenceModel
 
-                model = OnnxSentenceModel.load(Path(path), **options)
+                model = OnnxSentenceModel.load(
+                    Path(path), lambda: _sentence_transformer(path, "cpu"), **options
+                )
             else:
                 model = _sentence_transformer(path, device)
             _MODELS[key] = model

@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +72,14 @@ def _include_prompt(folder: Path) -> bool:
     return True
 
 
-def export(folder: Path, target: Path) -> dict[str, Any]:
-    """Export the sentence-transformers model in ``folder`` to ``target/model.onnx`` (written
-    under a temporary name, then renamed) with its ``meta.json``; returns the meta."""
+def export(folder: Path, target: Path, load_torch: Callable[[], Any]) -> dict[str, Any]:
+    """Export the sentence-transformers model in ``folder`` (``load_torch()`` loads it) to
+    ``target/model.onnx`` (written under a temporary name, then renamed) with its
+    ``meta.json``; returns the meta."""
     import torch
 
-    from loader.providers.local import _sentence_transformer
-
     _require("onnx", "to export the model")
-    model = _sentence_transformer(str(folder), "cpu").eval()
+    model = load_torch().eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tokenize() is deprecated in newer versions
         prepare = getattr(model, "preprocess", None) or model.tokenize
@@ -145,9 +144,13 @@ class OnnxSentenceModel:
 
     @classmethod
     def load(
-        cls, folder: Path, cache_dir: str | os.PathLike[str] | None = None
+        cls,
+        folder: Path,
+        load_torch: Callable[[], Any],
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> OnnxSentenceModel:
-        """The export of ``folder`` from ``cache_dir`` (made first when missing or stale)."""
+        """The export of ``folder`` from ``cache_dir`` (made first, from the torch model
+        ``load_torch()`` loads, when missing or stale)."""
         ort = _require("onnxruntime", "to run the model")
         from transformers import AutoTokenizer
 
@@ -157,7 +160,7 @@ class OnnxSentenceModel:
             meta = json.loads((target / "meta.json").read_text(encoding="utf-8"))
         else:
             log.info("exporting %s to ONNX in %s", folder, target)
-            meta = export(folder, target)
+            meta = export(folder, target, load_torch)
         options = ort.SessionOptions()
         options.log_severity_level = 3
         session = ort.InferenceSession(
