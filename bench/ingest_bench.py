@@ -219,7 +219,10 @@ def main() -> int:
                 if embedder
                 else f"{settings.embedding_provider}:{settings.embedding_model}",
             ),
-            ("chunk_tokens / overlap", f"{settings.chunk_tokens} / {settings.chunk_overlap}"),
+            (
+                "chunk_tokens / overlap",
+                f"{settings.chunk_tokens or 'auto'} / {settings.chunk_overlap}",
+            ),
             ("failed files", len(first.failed)),
             ("chunks written", first.chunks_written),
             ("first ingest, wall seconds", f"{wall1:.1f}"),

@@ -5,11 +5,17 @@ All ranking happens in PostgreSQL; this module only passes the settings' knobs (
 retriever, RRF k, weights, minimum similarity, keyword ranking) as bind parameters and turns the
 rows into :class:`SearchHit` objects. Every mode returns the same columns: a retriever that did
 not take part leaves its rank and score ``None``.
+
+With a reranker configured (``rerank_provider``), hybrid search fetches the fused top
+``rerank_candidates``, has the reranker order them (:mod:`loader.providers.rerank`) and returns
+its best ``limit``, each with its ``rerank_score``; when the reranker fails or times out, the
+fused order is kept and a note says so (``notes``, and a warning on stderr).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -21,6 +27,8 @@ from loader.db import queries
 from loader.errors import ModelMismatchError, PgkbError
 from loader.filters import SearchFilters
 from loader.settings import Settings
+
+log = logging.getLogger(__name__)
 
 Mode = Literal["hybrid", "vector", "keyword"]
 MODES: tuple[Mode, ...] = ("hybrid", "vector", "keyword")
@@ -50,6 +58,9 @@ class SearchHit:
     category: str | None = None
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
     token_count: int | None = None
+    rerank_score: float | None = None
+    """The reranker's relevance score (hybrid mode with ``rerank_provider`` set; None when no
+    reranker ran or it failed and the fused order was kept). Its scale is the reranker's own."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the document id as a string)."""
@@ -106,9 +117,15 @@ def search(
     category: str | None = None,
     document_ids: Sequence[uuid.UUID | str] | None = None,
     filters: SearchFilters | Mapping[str, Any] | None = None,
+    rerank: bool | None = None,
+    notes: list[str] | None = None,
 ) -> list[SearchHit]:
     """Search the knowledge base and return the best ``limit`` chunks (default
     ``settings.match_count``).
+
+    ``rerank`` (hybrid mode): have the configured reranker order the fused top
+    ``rerank_candidates`` (None: when ``rerank_provider`` is set; True without one is an error);
+    a failed rerank keeps the fused order and appends why to ``notes``.
 
     ``query_embedding`` must come from the model in ``settings`` (it is checked against the model
     registered under ``settings.embedding_model``); ``None`` makes hybrid mode keyword-only.
@@ -123,6 +140,10 @@ def search(
     match_count = settings.match_count if limit is None else limit
     if match_count < 1:
         raise PgkbError(f"limit must be at least 1, got {match_count}")
+    reranker = _reranker(settings, mode, rerank)
+    wanted = match_count
+    if reranker is not None:
+        match_count = max(settings.rerank_candidates, match_count)
     embedding = None
     if query_embedding is not None:
         import numpy as np
@@ -166,4 +187,50 @@ def search(
         if "dimensions" in message or "is not registered" in message:
             raise ModelMismatchError(message, hint=hint) from None
         raise PgkbError(message, hint=hint) from None
+    if reranker is not None:
+        return rerank_hits(reranker, query_text, hits, wanted, notes)
     return hits
+
+
+def _reranker(settings: Settings, mode: Mode, rerank: bool | None) -> Any:
+    if rerank is False or mode != "hybrid":
+        if rerank and mode != "hybrid":
+            raise PgkbError(f"reranking applies to hybrid search, not {mode}")
+        return None
+    from loader.providers.rerank import get_reranker
+
+    reranker = get_reranker(settings)
+    if reranker is None and rerank:
+        raise PgkbError(
+            "no reranker is configured", hint="set PGKB_RERANK_PROVIDER and PGKB_RERANK_MODEL"
+        )
+    return reranker
+
+
+def passage_text(hit: SearchHit) -> str:
+    """What a reranker reads of a hit: its heading path (title first), then its text."""
+    return f"{hit.heading_path}\n\n{hit.content}" if hit.heading_path else hit.content
+
+
+def rerank_hits(
+    reranker: Any,
+    query_text: str,
+    hits: Sequence[SearchHit],
+    limit: int,
+    notes: list[str] | None = None,
+) -> list[SearchHit]:
+    """The best ``limit`` of ``hits`` in ``reranker``'s order, with their ``rerank_score``; on
+    failure the fused order (the first ``limit``), with a note and a warning saying so."""
+    from loader.providers.rerank import RerankError
+
+    if not hits:
+        return []
+    try:
+        ranked = reranker.rerank(query_text, [passage_text(h) for h in hits], limit)
+    except RerankError as exc:
+        note = f"the reranker failed ({exc.message}); results are in the fused order"
+        log.warning("%s", note)
+        if notes is not None:
+            notes.append(note)
+        return list(hits[:limit])
+    return [dataclasses.replace(hits[r.index], rerank_score=r.score) for r in ranked[:limit]]

@@ -25,6 +25,8 @@ from loader.errors import ConfigError
 from loader.filters import SearchFilters
 
 ENV_PREFIX = "PGKB_"
+DEFAULT_CHUNK_TOKENS = 200
+"""``chunk_tokens`` when unset (less when the embedding model reads less)."""
 CONFIG_FILE_NAME = "pgkb.toml"
 
 
@@ -54,15 +56,31 @@ class Settings:
     embedding_provider: Literal["local", "openai"] = "local"
     """``local`` (sentence-transformers, offline) or ``openai`` (any OpenAI-compatible API)."""
     embedding_model: str = "sentence-transformers/all-MiniLM-L6-v2"
-    """Embedding model name; name + dims is one vector space, which must be the active model."""
+    """Embedding model: ``local``, a model folder or a Hugging Face Hub name (from the Hub
+    cache, else downloaded where there is internet); ``openai``, the endpoint's model name. Name
+    + dims is one vector space, which must be the active model."""
     embedding_dims: int = 384
     """Dimensions of the embedding model's vectors."""
     embedding_base_url: str | None = None
     """Base URL of an OpenAI-compatible embeddings API (OpenAI, Azure, Ollama, vLLM, ...)."""
     embedding_api_key: str | None = None
     """API key for ``embedding_base_url`` (never stored in the database)."""
-    embedding_max_input_tokens: int = 256
-    """The model's input limit in its own tokens (all-MiniLM-L6-v2 reads 256 word pieces)."""
+    embedding_max_input_tokens: int | None = None
+    """The model's input limit in its own tokens; unset: what a local model's folder declares
+    (``max_seq_length``, else its tokenizer's ``model_max_length``: 256 for all-MiniLM-L6-v2),
+    8191 for an API."""
+    embedding_query_prompt: str | None = None
+    """Put before every query (e.g. ``"query: "``); unset: the local model's ``query`` prompt
+    (``config_sentence_transformers.json``), else none. Part of the model's identity."""
+    embedding_document_prompt: str | None = None
+    """Put before every passage (e.g. ``"passage: "``); unset: the local model's ``document``
+    (or ``passage``) prompt, else none. Part of the model's identity."""
+    embedding_backend: Literal["torch", "onnx"] = "torch"
+    """How a local model runs: ``torch`` or ``onnx`` (ONNX Runtime on an export of the model,
+    made once; the same vectors)."""
+    embedding_request_dimensions: bool = False
+    """Send ``embedding_dims`` as the API request's ``dimensions`` (OpenAI text-embedding-3 and
+    servers that shorten vectors of Matryoshka models)."""
     embedding_batch_size: int = 64
     """Texts per embedding call (the OpenAI API accepts up to 2,048)."""
 
@@ -72,8 +90,9 @@ class Settings:
     """Retries (exponential backoff, honouring Retry-After) on 429, 5xx and timeouts."""
 
     # --- chunking -----------------------------------------------------------------------------
-    chunk_tokens: int = 200
-    """Chunk size in tokens of the embedding model; must leave room for its special tokens."""
+    chunk_tokens: int | None = None
+    """Chunk size in tokens of the embedding model; must leave room for its special tokens and
+    document prompt. Unset: 200, or what the model's input limit leaves when it reads less."""
     chunk_overlap: int = 32
     """Tokens repeated between neighbouring chunks (below ``chunk_tokens``)."""
     embed_heading_path: bool = True
@@ -133,6 +152,23 @@ class Settings:
     """Filters applied to every search (JSON object, keys of kb.search_filters: category,
     metadata, source), e.g. ``{"source": "%/sql-%"}``; ``pgkb search/ask --source/--meta``."""
 
+    # --- reranking (loader/providers/rerank.py) --------------------------------------------------
+    rerank_provider: Literal["off", "api", "local"] = "off"
+    """Rerank the fused candidates: ``api`` (a ``POST /rerank`` endpoint: Cohere, Jina, Text
+    Embeddings Inference, vLLM), ``local`` (a sentence-transformers CrossEncoder), ``off``."""
+    rerank_model: str | None = None
+    """``api``: the endpoint's model name; ``local``: a CrossEncoder folder or Hub name."""
+    rerank_base_url: str | None = None
+    """Base URL of the rerank API (``{rerank_base_url}/rerank`` is called)."""
+    rerank_api_key: str | None = None
+    """Sent as a bearer token to the rerank API (local servers ignore it)."""
+    rerank_candidates: int = 20
+    """Fused candidates given to the reranker; the best ``match_count`` come out."""
+    rerank_timeout: float = 30.0
+    """Seconds to wait for one rerank request; past it (retries used), the fused order."""
+    rerank_max_retries: int = 2
+    """Retries (with backoff, honouring Retry-After) on 429, 5xx, timeouts, lost connections."""
+
     # --- abstention gate (loader/answer/abstention/) ---------------------------------------------
     abstention: bool = True
     """Abstain ("I don't know") before any model call when retrieval signals say so."""
@@ -187,13 +223,36 @@ class Settings:
         problems = []
         if self.embedding_dims < 1:
             problems.append(f"embedding_dims must be positive, got {self.embedding_dims}")
-        if self.chunk_tokens < 16:
+        if self.chunk_tokens is not None and self.chunk_tokens < 16:
             problems.append(f"chunk_tokens must be at least 16, got {self.chunk_tokens}")
-        if not 0 <= self.chunk_overlap < self.chunk_tokens:
+        chunk_tokens = self.chunk_tokens or DEFAULT_CHUNK_TOKENS
+        if not 0 <= self.chunk_overlap < chunk_tokens:
             problems.append(
-                f"chunk_overlap must be >= 0 and below chunk_tokens ({self.chunk_tokens}), "
+                f"chunk_overlap must be >= 0 and below chunk_tokens ({chunk_tokens}), "
                 f"got {self.chunk_overlap}"
             )
+        if self.embedding_max_input_tokens is not None and self.embedding_max_input_tokens < 1:
+            problems.append(
+                "embedding_max_input_tokens must be positive, got "
+                f"{self.embedding_max_input_tokens}"
+            )
+        if self.rerank_provider != "off" and not self.rerank_model:
+            problems.append(
+                f"rerank_provider is {self.rerank_provider!r} but no rerank_model is set "
+                "(PGKB_RERANK_MODEL)"
+            )
+        if self.rerank_provider == "api" and not self.rerank_base_url:
+            problems.append(
+                "rerank_provider is 'api' but no rerank_base_url is set (PGKB_RERANK_BASE_URL)"
+            )
+        if not 1 <= self.rerank_candidates <= 1000:
+            problems.append(
+                f"rerank_candidates must be between 1 and 1000, got {self.rerank_candidates}"
+            )
+        if self.rerank_timeout <= 0:
+            problems.append(f"rerank_timeout must be positive, got {self.rerank_timeout}")
+        if self.rerank_max_retries < 0:
+            problems.append(f"rerank_max_retries must be >= 0, got {self.rerank_max_retries}")
         for name in ("vector_candidates", "keyword_candidates", "rrf_k", "match_count"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -327,7 +386,7 @@ def _find_config_file(
     return None
 
 
-URL_SETTINGS = ("database_url", "embedding_base_url", "chat_base_url")
+URL_SETTINGS = ("database_url", "embedding_base_url", "chat_base_url", "rerank_base_url")
 """Settings that decide where pgkb connects (and so where data and keys go)."""
 
 

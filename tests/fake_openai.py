@@ -1,6 +1,7 @@
 """A small local HTTP server that speaks the OpenAI wire format, for tests.
 
-It serves ``POST /v1/embeddings`` and ``POST /v1/chat/completions`` on 127.0.0.1 (a free port),
+It serves ``POST /v1/embeddings``, ``POST /v1/chat/completions`` and ``POST /v1/rerank`` (the
+Cohere/Jina/TEI/vLLM rerank shape) on 127.0.0.1 (a free port),
 records every request it receives (path, headers, JSON body), and answers from a script:
 
     server.script("/v1/chat/completions", chat_reply("Paris [Geography]"))
@@ -8,8 +9,10 @@ records every request it receives (path, headers, JSON body), and answers from a
     server.script("/v1/chat/completions", Reply(delay=5))       # a timeout for the client
 
 Scripted replies are used once each, in order; with none left, ``/v1/embeddings`` returns
-deterministic vectors (``dims`` long, derived from each input's hash) and
-``/v1/chat/completions`` answers "I don't know". Chat requests with ``"stream": true`` get the
+deterministic vectors (``dims`` long, or the request's ``dimensions``, derived from each
+input's hash) and
+``/v1/chat/completions`` answers "I don't know" and ``/v1/rerank`` ranks by word overlap
+(:func:`rerank_reply`). Chat requests with ``"stream": true`` get the
 reply as server-sent events.
 """
 
@@ -80,6 +83,32 @@ def tool_call(
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
 
 
+def overlap_score(query: str, document: str) -> float:
+    """The share of the query's words found in the document: the fake reranker's relevance."""
+    words = set(query.lower().split())
+    found = set(document.lower().replace("\n", " ").split())
+    return len(words & found) / max(len(words), 1)
+
+
+def rerank_reply(request: Request) -> Reply:
+    """``POST /rerank`` as Cohere/Jina/TEI/vLLM answer it: the best ``top_n`` documents by
+    :func:`overlap_score`, best first, as ``results: [{index, relevance_score}]``."""
+    body = request.body or {}
+    documents = [str(d) for d in body.get("documents", [])]
+    scored = sorted(
+        ((i, overlap_score(str(body.get("query", "")), d)) for i, d in enumerate(documents)),
+        key=lambda pair: (-pair[1], pair[0]),
+    )
+    top_n = int(body.get("top_n") or len(documents))
+    return Reply(
+        {
+            "id": "rerank-test",
+            "results": [{"index": i, "relevance_score": s} for i, s in scored[:top_n]],
+            "meta": {"billed_units": {"search_units": 1}},
+        }
+    )
+
+
 def fake_vector(text: str, dims: int) -> list[float]:
     digest = hashlib.sha256(text.encode()).digest()
     raw = [(digest[i % len(digest)] - 127.5) / 127.5 for i in range(dims)]
@@ -129,8 +158,9 @@ class FakeOpenAI:
             inputs = request.body.get("input", [])
             if isinstance(inputs, str):
                 inputs = [inputs]
+            dims = int(request.body.get("dimensions") or self.dims)  # as text-embedding-3
             data = [
-                {"object": "embedding", "index": i, "embedding": fake_vector(str(t), self.dims)}
+                {"object": "embedding", "index": i, "embedding": fake_vector(str(t), dims)}
                 for i, t in enumerate(inputs)
             ]
             return Reply(
@@ -143,6 +173,8 @@ class FakeOpenAI:
             )
         if request.path == "/v1/chat/completions":
             return chat_reply("I don't know")
+        if request.path == "/v1/rerank":
+            return rerank_reply(request)
         return Reply({"error": {"message": f"no route {request.path}"}}, status=404)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:

@@ -353,7 +353,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "PGKB_EMBEDDING_DIMS": str(settings.embedding_dims),
         "PGKB_EMBEDDING_BASE_URL": str(settings.embedding_base_url),
         "PGKB_EMBEDDING_MAX_RETRIES": str(settings.embedding_max_retries),
-        "PGKB_CHUNK_TOKENS": str(settings.chunk_tokens),
+        "PGKB_CHUNK_TOKENS": str(settings.chunk_tokens or ""),  # "": unset, model-driven
         "PGKB_CHUNK_OVERLAP": str(settings.chunk_overlap),
     }
 

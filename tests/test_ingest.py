@@ -593,7 +593,9 @@ def test_real_model_ingest_of_manual_pages(
     assert model == ("sentence-transformers/all-MiniLM-L6-v2", 384, "local")
     longest = conn.execute("SELECT max(token_count) FROM kb.chunks").fetchone()
     assert longest is not None
-    assert longest[0] <= settings.chunk_tokens
+    from loader.providers.embeddings import chunk_size
+
+    assert longest[0] <= chunk_size(settings, embedder) == 200  # unset: 200, MiniLM reads 256
     query = embedder.embed_query("Which index type can handle range queries on sortable data?")
     best = conn.execute(
         """

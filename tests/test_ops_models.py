@@ -13,11 +13,12 @@ from click.testing import CliRunner
 
 from loader.cli import cli
 from loader.db.connect import connect
-from loader.errors import PgkbError
+from loader.errors import ModelMismatchError, PgkbError
 from loader.ingest.pipeline import ingest_paths
 from loader.ops.models import reembed
+from loader.providers.embeddings import ensure_model, get_embedder
 from loader.search import search
-from loader.settings import Settings
+from loader.settings import Settings, load_settings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import ingest_settings, settings_env, write_docs
 
@@ -277,3 +278,65 @@ def test_eval_compares_a_model_before_switching(
     # the questions were embedded by the model under test, and nothing was ingested
     assert {r.body["model"] for r in fake_openai.requests_to("/v1/embeddings")} == {"fake-embed-2"}
     assert _models(env)["fake-embed"]["is_active"]
+
+
+@pytest.mark.parametrize("dims", [768, 1024, 1536])
+def test_an_api_model_with_prompts_and_dimensions_end_to_end(
+    kb: tuple[Settings, dict[str, str]], fake_openai: FakeOpenAI, dims: int
+) -> None:
+    """models add (prompts, dimensions) -> reembed -> activate -> search with the new model: the
+    endpoint gets the document prompt before every passage, the query prompt before the query,
+    and ``dimensions`` in every request."""
+    _, env = kb
+    name = f"fake-embed-{dims}"
+    added = run(
+        [
+            *("models", "add", name, "--dims", str(dims), "--provider", "openai"),
+            *("--base-url", fake_openai.base_url, "--request-dimensions"),
+            *("--query-prompt", "query: ", "--document-prompt", "passage: "),
+        ],
+        env,
+    )
+    assert added.exit_code == 0, added.output
+    assert _models(env)[name]["config"] == {
+        "base_url": fake_openai.base_url,
+        "query_prompt": "query: ",
+        "document_prompt": "passage: ",
+        "request_dimensions": True,
+    }
+    fake_openai.requests.clear()
+    filled = run(["reembed", "--model", name, "--json"], env)
+    assert filled.exit_code == 0, filled.output
+    chunks = json.loads(filled.stdout)["embedded"]
+    sent = fake_openai.requests_to("/v1/embeddings")
+    inputs = [text for r in sent for text in r.body["input"]]
+    assert len(inputs) == chunks > 0
+    assert all(text.startswith("passage: ") for text in inputs)
+    assert {(r.body["model"], r.body.get("dimensions")) for r in sent} == {(name, dims)}
+
+    assert run(["models", "activate", name], env).exit_code == 0
+    new_env = {
+        **env,
+        "PGKB_EMBEDDING_MODEL": name,
+        "PGKB_EMBEDDING_DIMS": str(dims),
+        "PGKB_EMBEDDING_QUERY_PROMPT": "query: ",
+        "PGKB_EMBEDDING_DOCUMENT_PROMPT": "passage: ",
+        "PGKB_EMBEDDING_REQUEST_DIMENSIONS": "true",
+    }
+    fake_openai.requests.clear()
+    found = run(["search", "vacuum dead tuples", "--mode", "vector", "--json"], new_env)
+    assert found.exit_code == 0, found.output
+    hits = json.loads(found.stdout)
+    assert hits and all(h["vector_similarity"] is not None for h in hits)
+    (query,) = fake_openai.requests_to("/v1/embeddings")
+    assert query.body["input"] == ["query: vacuum dead tuples"]
+    assert query.body["dimensions"] == dims
+    # embedding with other prompts than the registered ones is refused, naming the setting
+    other = load_settings(env={**new_env, "PGKB_EMBEDDING_QUERY_PROMPT": "search: "})
+    conn = connect(str(other.database_url))
+    try:
+        with pytest.raises(ModelMismatchError) as info:
+            ensure_model(conn, get_embedder(other))
+    finally:
+        conn.close()
+    assert "PGKB_EMBEDDING_QUERY_PROMPT='search: ' (registered: 'query: ')" in info.value.message

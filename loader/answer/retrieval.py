@@ -66,12 +66,14 @@ def search_passages(
     category: str | None = None,
     document_ids: Sequence[uuid.UUID] | None = None,
     filters: SearchFilters | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[list[SearchHit], list[Passage]]:
     """Hybrid search; returns the raw hits (for the abstention gate) and their passages.
 
     ``filters`` (``pgkb ask --source/--meta``) on top of the ``search_filters`` setting, and the
-    ``min_similarity`` setting, narrow every search here, for the single answer and the agent
-    alike."""
+    ``min_similarity`` setting, narrow every search here, and the configured reranker orders the
+    fused candidates (a failed rerank keeps the fused order and appends why to ``notes``), for
+    the single answer and the agent alike."""
     hits = search(
         conn,
         query_text,
@@ -82,6 +84,7 @@ def search_passages(
         category=category,
         document_ids=list(document_ids) if document_ids else None,
         filters=filters,
+        notes=notes,
     )
     return list(hits), [Passage.from_hit(h) for h in hits]
 
@@ -137,6 +140,7 @@ def retrieve(
         limit=limit or settings.match_count,
         category=category,
         filters=filters,
+        notes=notes,
     )
     hits, passages = wide_hits[: settings.match_count], wide[: settings.match_count]
     decision = (gate or default_gate)(conn, settings, query_text, hits)

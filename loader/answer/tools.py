@@ -309,6 +309,7 @@ class Toolbox:
             category=self.category,
             document_ids=document_ids,
             filters=self.filters,
+            notes=notes,
         )
         results: list[Passage] = []
         used = 0

@@ -59,6 +59,19 @@ def models_list(app: App, as_json: bool) -> None:
     metavar="VAR",
     help="Environment variable holding its API key (the key is never stored).",
 )
+@click.option(
+    "--query-prompt",
+    help="Put before every query, e.g. 'query: ' (default: a local model's own; else none).",
+)
+@click.option(
+    "--document-prompt",
+    help="Put before every passage, e.g. 'passage: ' (default: a local model's own; else none).",
+)
+@click.option(
+    "--request-dimensions",
+    is_flag=True,
+    help="Send --dims as the API request's 'dimensions' (OpenAI text-embedding-3, ...).",
+)
 @click.option("--hnsw-m", type=click.IntRange(2, 100), help="HNSW m (default: the setting).")
 @click.option(
     "--hnsw-ef-construction",
@@ -74,6 +87,9 @@ def models_add(
     base_url: str | None,
     max_input_tokens: int | None,
     api_key_env: str | None,
+    query_prompt: str | None,
+    document_prompt: str | None,
+    request_dimensions: bool,
     hnsw_m: int | None,
     hnsw_ef_construction: int | None,
 ) -> None:
@@ -91,6 +107,9 @@ def models_add(
             base_url=base_url,
             max_input_tokens=max_input_tokens,
             api_key_env=api_key_env,
+            query_prompt=query_prompt,
+            document_prompt=document_prompt,
+            request_dimensions=request_dimensions,
             hnsw_m=hnsw_m or settings.hnsw_m,
             hnsw_ef_construction=hnsw_ef_construction or settings.hnsw_ef_construction,
         )

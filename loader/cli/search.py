@@ -32,6 +32,8 @@ def render_table(hits: list[SearchHit], mode: str) -> str:
             legs.append(f"vector #{hit.vector_rank} sim {hit.vector_similarity:.3f}")
         if hit.keyword_rank is not None:
             legs.append(f"keyword #{hit.keyword_rank} score {hit.keyword_score:.3f}")
+        if hit.rerank_score is not None:
+            legs.append(f"rerank {hit.rerank_score:.3f}")
         where = hit.source_uri + (f"  [{hit.heading_path}]" if hit.heading_path else "")
         lines.append(f"{rank:>2}. {hit.score:.4f}  {hit.title}")
         lines.append(f"    {where}")
@@ -102,7 +104,7 @@ def search(
         from loader.providers.embeddings import get_embedder
 
         embedding = get_embedder(settings).embed_query(text)
-    with connection(settings) as conn:
+    with connection(settings) as conn:  # a failed rerank: a warning on stderr, fused order
         hits = run_search(
             conn,
             text,

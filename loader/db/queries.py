@@ -527,6 +527,8 @@ class RemovedDocument:
 # --- operations: embedding models (loader.ops.models) -------------------------------------------
 
 MODELS = "SELECT * FROM kb.models()"
+MODEL_CONFIG = "SELECT config FROM kb.models() WHERE id = %s"
+"""The stored config of registered model ``id`` (what pgkb needs to embed with it again)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,7 +41,11 @@ from loader.evaluation.runner import (
 from loader.settings import Settings
 
 Progress = Callable[[str], None]
-RERANKER_NOTE = "not run: pgkb has no reranker configured (none is implemented yet)"
+RERANKER_NOTE = (
+    "not run: no reranker is configured (set rerank_provider and rerank_model to compare one)"
+)
+RERANKED = "reranked"
+"""The retriever that is hybrid search with the configured reranker after the fusion."""
 
 
 def _quiet(_: str) -> None:
@@ -49,13 +53,17 @@ def _quiet(_: str) -> None:
 
 
 def parameters(settings: Settings) -> dict[str, Any]:
-    """The settings that shape retrieval, recorded beside every figure."""
-    return {
+    """The settings that shape retrieval, recorded beside every figure (the input limit and
+    chunk size as the model makes them; prompts, backend and reranker only when set)."""
+    from loader.providers.embeddings import chunk_size, get_embedder, identity
+
+    embedder = get_embedder(settings)
+    params: dict[str, Any] = {
         "embedding_provider": settings.embedding_provider,
         "embedding_model": settings.embedding_model,
         "embedding_dims": settings.embedding_dims,
-        "embedding_max_input_tokens": settings.embedding_max_input_tokens,
-        "chunk_tokens": settings.chunk_tokens,
+        "embedding_max_input_tokens": embedder.max_input_tokens,
+        "chunk_tokens": chunk_size(settings, embedder),
         "chunk_overlap": settings.chunk_overlap,
         "embed_heading_path": settings.embed_heading_path,
         "vector_candidates": settings.vector_candidates,
@@ -69,17 +77,66 @@ def parameters(settings: Settings) -> dict[str, Any]:
         "keyword_ranking": settings.keyword_ranking,
         "max_per_document": settings.max_per_document,
     }
-
-
-def _retriever(conn: psycopg.Connection[Any], settings: Settings) -> Any:
-    from loader.search import search
-
-    def retrieve(text: str, embedding: Sequence[float], mode: str, limit: int) -> list[Any]:
-        return list(
-            search(conn, text, embedding, settings=settings, mode=mode, limit=limit)  # type: ignore[arg-type]
+    params.update({f"embedding_{k}": v for k, v in identity(embedder).items() if v})
+    if settings.embedding_provider == "local" and settings.embedding_backend != "torch":
+        params["embedding_backend"] = settings.embedding_backend
+    if settings.rerank_provider != "off":
+        params.update(
+            rerank_provider=settings.rerank_provider,
+            rerank_model=settings.rerank_model,
+            rerank_candidates=settings.rerank_candidates,
         )
+    return params
 
-    return retrieve
+
+class _Retriever:
+    """``retrieve(text, embedding, mode, limit)`` for the runner: the three legs without the
+    reranker, and :data:`RERANKED` (hybrid, then the reranker) when one is configured; counts
+    the queries whose rerank failed (and kept the fused order)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], settings: Settings) -> None:
+        self.conn, self.settings = conn, settings
+        self.reranked = 0
+        self.failures: list[str] = []
+
+    def __call__(self, text: str, embedding: Sequence[float], mode: str, limit: int) -> list[Any]:
+        from loader.search import search
+
+        notes: list[str] = []
+        rerank = mode == RERANKED
+        hits = search(
+            self.conn,
+            text,
+            embedding,
+            settings=self.settings,
+            mode="hybrid" if rerank else mode,  # type: ignore[arg-type]
+            limit=limit,
+            rerank=rerank,
+            notes=notes,
+        )
+        if rerank:
+            self.reranked += 1
+            self.failures.extend(notes)
+        return list(hits)
+
+
+def _modes(settings: Settings) -> tuple[str, ...]:
+    return (*MODES, RERANKED) if settings.rerank_provider != "off" else MODES
+
+
+def _reranked_note(settings: Settings, retrievers: Sequence[_Retriever]) -> str | None:
+    """The report's ``reranked`` entry: why it did not run, or how often its rerank failed."""
+    if settings.rerank_provider == "off":
+        return RERANKER_NOTE
+    failed = sum(len(r.failures) for r in retrievers)
+    if not failed:
+        return None
+    total = sum(r.reranked for r in retrievers)
+    first = next(f for r in retrievers for f in r.failures)
+    return (
+        f"the reranker failed on {failed} of {total} queries, which kept the fused order "
+        f"(first: {first})"
+    )
 
 
 def _samples(results: Sequence[QueryResult]) -> list[Sample]:
@@ -151,17 +208,22 @@ def _evaluate_items(
     k: int,
     abstention: bool,
     progress: Progress,
+    retrievers: list[_Retriever],
 ) -> list[QueryResult]:
+    """Run ``items`` through every retriever (recording it in ``retrievers``)."""
     from loader.providers.embeddings import get_embedder
 
     embedder = get_embedder(settings)
+    retriever = _Retriever(conn, settings)
+    retrievers.append(retriever)
     return run_queries(
         conn,
         settings,
         items,
         embed_query=embedder.embed_query,
-        retrieve=_retriever(conn, settings),
+        retrieve=retriever,
         k=k,
+        modes=_modes(settings),
         abstention=abstention,
         progress=progress,
     )
@@ -212,15 +274,25 @@ def evaluate_questions(
         for name in missing:
             progress(f"warning: expected source {name} matches no stored document")
 
-        progress(f"running {len(questions)} questions through {', '.join(MODES)}")
+        modes = _modes(settings)
+        progress(f"running {len(questions)} questions through {', '.join(modes)}")
         items = [EvalQuery.from_question(q) for q in questions]
-        results = _evaluate_items(conn, settings, items, k=k, abstention=True, progress=progress)
+        retrievers: list[_Retriever] = []
+        results = _evaluate_items(
+            conn, settings, items, k=k, abstention=True, progress=progress, retrievers=retrievers
+        )
         holdout_results: list[QueryResult] | None = None
         if holdout:
             progress(f"running {len(holdout)} held-out questions")
             holdout_items = [EvalQuery.from_question(q) for q in holdout]
             holdout_results = _evaluate_items(
-                conn, settings, holdout_items, k=k, abstention=True, progress=progress
+                conn,
+                settings,
+                holdout_items,
+                k=k,
+                abstention=True,
+                progress=progress,
+                retrievers=retrievers,
             )
 
         calibration: dict[str, Any] | None = None
@@ -260,20 +332,20 @@ def evaluate_questions(
         "k": k,
         "parameters": parameters(settings),
         "ingestion": ingestion,
-        "retrievers": aggregate(results, k),
-        "reranked": RERANKER_NOTE,
+        "retrievers": aggregate(results, k, modes),
+        "reranked": _reranked_note(settings, retrievers),
         "abstention": abstention_summary(results, rule),
         "missing_sources": missing,
-        "per_question": per_query(results),
+        "per_question": per_query(results, modes),
     }
     if holdout_results is not None and holdout_file is not None:
         apply_abstention(holdout_results, rule)
         report["holdout"] = {
             "questions_file": str(holdout_file),
             "questions": len(holdout_results),
-            "retrievers": aggregate(holdout_results, k),
+            "retrievers": aggregate(holdout_results, k, modes),
             "abstention": abstention_summary(holdout_results, rule),
-            "per_question": per_query(holdout_results),
+            "per_question": per_query(holdout_results, modes),
         }
     if calibration is not None:
         report["calibration"] = calibration
@@ -417,17 +489,25 @@ def evaluate_beir(
         EvalQuery(qid, dataset.queries[qid], "beir", dataset.qrels[qid], suffix_match=False)
         for qid in query_ids
     ]
-    progress(f"running {len(items)} queries through {', '.join(MODES)}")
+    modes = _modes(settings)
+    progress(f"running {len(items)} queries through {', '.join(modes)}")
+    retrievers: list[_Retriever] = []
     with connection(beir_settings) as conn:
         results = _evaluate_items(
-            conn, beir_settings, items, k=k, abstention=True, progress=progress
+            conn,
+            beir_settings,
+            items,
+            k=k,
+            abstention=True,
+            progress=progress,
+            retrievers=retrievers,
         )
         rule = load_rule(conn, beir_settings)
         conn.rollback()
     # every judged query is answerable by construction: the gate's false-flag rate on them
     apply_abstention(results, rule)
-    retrievers = aggregate(results, k)
-    for entry in retrievers.values():
+    figures = aggregate(results, k, modes)
+    for entry in figures.values():
         entry.pop("by_kind", None)
     return {
         "kind": "beir",
@@ -440,8 +520,8 @@ def evaluate_beir(
         "k": k,
         "parameters": parameters(settings),
         "ingestion": ingestion,
-        "retrievers": retrievers,
-        "reranked": RERANKER_NOTE,
+        "retrievers": figures,
+        "reranked": _reranked_note(settings, retrievers),
         "abstention": abstention_summary(results, rule),
-        "per_query": per_query(results),
+        "per_query": per_query(results, modes),
     }

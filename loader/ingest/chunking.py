@@ -26,7 +26,7 @@ import hashlib
 from collections.abc import Sequence
 
 from loader.ingest.extract import EXTRACTOR_VERSION, Section
-from loader.providers.embeddings import Embedder, check_chunk_size, special_tokens
+from loader.providers.embeddings import Embedder, chunk_size, reserved_tokens
 from loader.settings import Settings
 
 MIN_BODY_TOKENS = 16
@@ -76,11 +76,12 @@ class Chunker:
 
     @classmethod
     def from_settings(cls, settings: Settings, embedder: Embedder) -> Chunker:
-        """A chunker for ``settings``; :class:`ConfigError` if chunks would not fit the model."""
-        check_chunk_size(settings, embedder)
+        """A chunker for ``settings``, its chunk size driven by the model's input limit
+        (:func:`~loader.providers.embeddings.chunk_size`); :class:`ConfigError` if chunks
+        would not fit the model."""
         return cls(
             embedder,
-            settings.chunk_tokens,
+            chunk_size(settings, embedder),
             settings.chunk_overlap,
             embed_heading_path=settings.embed_heading_path,
         )
@@ -155,7 +156,7 @@ class Chunker:
         return chunks
 
     def _check(self, chunks: list[Chunk]) -> None:
-        limit = self.embedder.max_input_tokens - special_tokens(self.embedder)
+        limit = self.embedder.max_input_tokens - reserved_tokens(self.embedder)
         for chunk in chunks:
             n = self._count(chunk.embed_text)
             if n > limit:  # semchunk keeps pieces within size; this guards the arithmetic above

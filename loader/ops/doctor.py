@@ -343,17 +343,17 @@ def _indexes_check(conn: psycopg.Connection[Any]) -> Check:
 
 
 def _settings_check(settings: Settings) -> Check:
-    from loader.providers.embeddings import check_chunk_size, get_embedder
+    from loader.providers.embeddings import chunk_size, get_embedder
 
     try:
         embedder = get_embedder(settings)
-        check_chunk_size(settings, embedder)
+        size = chunk_size(settings, embedder)
     except PgkbError as exc:
         return _check("settings", False, exc.message, exc.hint or "fix the setting")
     return _check(
         "settings",
         True,
-        f"chunk_tokens={settings.chunk_tokens} fits {settings.embedding_model}'s input "
+        f"chunk_tokens={size} fits {settings.embedding_model}'s input "
         f"of {embedder.max_input_tokens} tokens",
     )
 

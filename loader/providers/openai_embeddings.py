@@ -25,6 +25,9 @@ OPENAI_MAX_BATCH = 2048
 """The OpenAI embeddings API accepts at most this many inputs per request."""
 OPENAI_MAX_BATCH_TOKENS = 300_000
 """OpenAI's limit on the total tokens of one embeddings request."""
+OPENAI_MAX_INPUT_TOKENS = 8191
+"""OpenAI's embedding models read at most this many tokens (``embedding_max_input_tokens``
+when unset)."""
 
 
 def heuristic_tokens(text: str) -> int:
@@ -46,7 +49,7 @@ class OpenAIEmbedder:
     dims: int
     base_url: str | None = None
     api_key: str | None = dataclasses.field(default=None, repr=False)
-    max_input_tokens: int = 8191
+    max_input_tokens: int = OPENAI_MAX_INPUT_TOKENS
     batch_size: int = OPENAI_MAX_BATCH
     """Inputs per request, at most :data:`OPENAI_MAX_BATCH` (a larger value is clamped)."""
     max_batch_tokens: int = OPENAI_MAX_BATCH_TOKENS
@@ -55,6 +58,12 @@ class OpenAIEmbedder:
     backoff_base: float = 0.5
     backoff_max: float = 30.0
     sleep: Callable[[float], None] = dataclasses.field(default=time.sleep, repr=False)
+    query_prompt: str = ""
+    """Put before every query (``embedding_query_prompt``)."""
+    document_prompt: str = ""
+    """Put before every passage (``embedding_document_prompt``)."""
+    request_dimensions: bool = False
+    """Send ``dims`` as the request's ``dimensions`` (``embedding_request_dimensions``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "batch_size", max(1, min(self.batch_size, OPENAI_MAX_BATCH)))
@@ -103,21 +112,23 @@ class OpenAIEmbedder:
         return groups
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        inputs = [self.document_prompt + t for t in texts]
         vectors: list[list[float]] = []
-        for group in self.batches(texts):
-            vectors.extend(self._request([texts[i] for i in group]))
+        for group in self.batches(inputs):
+            vectors.extend(self._request([inputs[i] for i in group]))
         return vectors
 
     def embed_query(self, text: str) -> list[float]:
-        return self._request([text])[0]
+        return self._request([self.query_prompt + text])[0]
 
     def _request(self, batch: list[str]) -> list[list[float]]:
         policy = openai_compat.RetryPolicy(
             self.max_retries, self.backoff_base, self.backoff_max, self.sleep
         )
+        options: dict[str, Any] = {"dimensions": self.dims} if self.request_dimensions else {}
         response = openai_compat.call(
             lambda: self.client.embeddings.create(
-                model=self.name, input=batch, encoding_format="float"
+                model=self.name, input=batch, encoding_format="float", **options
             ),
             self.endpoint,
             policy,
