@@ -38,7 +38,7 @@ NAMESPACE = uuid.UUID("6f1c3a52-4a8e-4f61-9d3c-1d2b3c4d5e6f")
 def server_url(db: str) -> str:
     from loader.db.connect import database_url
     from loader.settings import load_settings
-    from tests.conftest import with_dbname
+    from tests.helpers import with_dbname
 
     return with_dbname(database_url(load_settings()), db)
 
@@ -63,7 +63,7 @@ def read_dataset(
 
 def cmd_load(args: argparse.Namespace) -> None:
     from loader.db.migrations import upgrade
-    from tests.conftest import create_database, drop_database
+    from tests.helpers import create_database, drop_database
 
     admin = server_url("postgres")
     drop_database(admin, args.db)
