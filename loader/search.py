@@ -171,6 +171,7 @@ def search(
             keyword_weight=settings.keyword_weight,
             max_per_document=settings.max_per_document,
             exact_keyword_weight=settings.exact_keyword_weight,
+            keyword_confidence=settings.keyword_confidence,
         )
     else:
         statement = queries.VECTOR_SEARCH if mode == "vector" else queries.KEYWORD_SEARCH

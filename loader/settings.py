@@ -142,6 +142,10 @@ class Settings:
     exact_keyword_weight: float = 3.0
     """The keyword leg's weight for queries that ask for exact matching (a quoted phrase, an
     identifier such as 40P01 or work_mem): such queries lean on the keyword leg."""
+    keyword_confidence: float = 1.0
+    """How far the keyword leg steps back when its evidence is weak: for a plain question its
+    weight is keyword_weight * share ** keyword_confidence, share = the IDF share of the query's
+    words its best chunk holds (kb.hybrid_search); 0 keeps keyword_weight whatever it matched."""
     min_similarity: float | None = None
     """Drop vector hits whose cosine similarity is below this."""
     max_per_document: int | None = None
@@ -259,6 +263,10 @@ class Settings:
         for name in ("vector_weight", "keyword_weight", "exact_keyword_weight"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.keyword_confidence <= 100:
+            problems.append(
+                f"keyword_confidence must be between 0 and 100, got {self.keyword_confidence}"
+            )
         if self.max_per_document is not None and self.max_per_document < 1:
             problems.append(f"max_per_document must be at least 1, got {self.max_per_document}")
         if self.chat_timeout <= 0:

@@ -5,7 +5,8 @@
 --                  document_ids uuid[] DEFAULT NULL, min_similarity double precision DEFAULT NULL,
 --                  model text DEFAULT NULL, keyword_ranking text DEFAULT 'bm25',
 --                  max_per_document integer DEFAULT NULL,
---                  exact_keyword_weight double precision DEFAULT 3.0, ef_search integer DEFAULT NULL)
+--                  exact_keyword_weight double precision DEFAULT 3.0, ef_search integer DEFAULT NULL,
+--                  keyword_confidence double precision DEFAULT 1.0)
 --   -> TABLE (chunk_id, document_id, title, source_uri, chunk_index, heading_path, content,
 --             score, vector_rank, vector_similarity, keyword_rank, keyword_score,
 --             category, metadata, token_count)
@@ -15,10 +16,16 @@
 -- weighted Reciprocal Rank Fusion:
 --     score(chunk) = vector_weight / (rrf_k + vector_rank) + w_k / (rrf_k + keyword_rank)
 -- with ranks counted from 1 in each list, and a chunk missing from a list contributing 0 for
--- that list. w_k is keyword_weight, or exact_keyword_weight when the query asks for exact
--- matching (kb.search_query(query_text).strict_first: a "quoted phrase" or an identifier-like
--- word such as 40P01 or work_mem), so those queries lean on the keyword leg and plain questions
--- on the vector leg. Returns the match_count best chunks, ordered by score descending, ties
+-- that list. w_k is exact_keyword_weight when the query asks for exact matching
+-- (kb.search_query(query_text).strict_first: a "quoted phrase" or an identifier-like word such
+-- as 40P01 or work_mem), so those queries lean on the keyword leg. For a plain question
+--     w_k = keyword_weight * share ^ keyword_confidence
+-- where share is the keyword leg's own evidence: the share of the query's IDF mass (BM25 IDF of
+-- each positive lexeme, as kb.query_terms computes it) that its best chunk contains. When that
+-- chunk holds all the query's rare words the leg weighs in fully; when it matched only common
+-- words (a paraphrase whose key words the corpus writes otherwise, or a word the corpus never
+-- uses) the leg steps back and the vector leg decides. keyword_confidence = 0 turns this off
+-- (w_k = keyword_weight). Returns the match_count best chunks, ordered by score descending, ties
 -- broken by the better (smaller) of the two ranks, then by the smaller chunk_id: deterministic.
 -- max_per_document keeps at most that many chunks of one document (its best ones), so several
 -- chunks of one long page cannot crowd the other pages out of the match_count rows; NULL (the
@@ -51,7 +58,8 @@ CREATE OR REPLACE FUNCTION kb.hybrid_search(
     keyword_ranking text DEFAULT 'bm25',
     max_per_document integer DEFAULT NULL,
     exact_keyword_weight double precision DEFAULT 3.0,
-    ef_search integer DEFAULT NULL)
+    ef_search integer DEFAULT NULL,
+    keyword_confidence double precision DEFAULT 1.0)
 RETURNS TABLE (
     chunk_id bigint,
     document_id uuid,
@@ -85,6 +93,11 @@ BEGIN
             vector_weight, keyword_weight, exact_keyword_weight
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF keyword_confidence IS NULL OR keyword_confidence < 0 OR keyword_confidence > 100 THEN
+        RAISE EXCEPTION 'keyword_confidence must be between 0 and 100, got %',
+            coalesce(keyword_confidence::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     -- documented maxima (see COMMENT ON): a caller cannot ask for unbounded work
     match_count := least(match_count, 1000);
     vector_candidates := least(vector_candidates, 1000);
@@ -95,6 +108,7 @@ BEGIN
     END IF;
     IF (SELECT sq.strict_first FROM kb.search_query(query_text) AS sq) THEN
         keyword_weight := exact_keyword_weight;
+        keyword_confidence := 0;
     END IF;
     RETURN QUERY
     WITH v AS (
@@ -107,13 +121,30 @@ BEGIN
           FROM kb.keyword_search(query_text, keyword_candidates, filters, document_ids,
                                  keyword_ranking) AS ks
     ),
+    terms AS (
+        SELECT qt.lexeme, qt.idf
+          FROM kb.search_query(query_text) AS sq, kb.query_terms(query_text) AS qt
+         WHERE qt.lexeme = ANY (sq.lexemes)
+    ),
+    -- the keyword leg's weight for this query: keyword_weight times the IDF share of the
+    -- query's lexemes that its best chunk holds, to the power keyword_confidence
+    w AS (
+        SELECT CASE WHEN keyword_confidence = 0 THEN keyword_weight
+                    ELSE keyword_weight * power(coalesce(
+                        (SELECT sum(t.idf) FILTER (WHERE t.lexeme = ANY (tsvector_to_array(c.tsv)))
+                                / nullif(sum(t.idf), 0)
+                           FROM terms t, kb.chunks c
+                          WHERE c.id = (SELECT k1.chunk_id FROM k AS k1 ORDER BY k1.rank LIMIT 1)),
+                        0), keyword_confidence)
+               END AS kw
+    ),
     fused AS (
         SELECT coalesce(v.chunk_id, k.chunk_id) AS id,
                coalesce(v.document_id, k.document_id) AS doc,
                coalesce(vector_weight / (rrf_k::double precision + v.rank), 0)
-                 + coalesce(keyword_weight / (rrf_k::double precision + k.rank), 0) AS score,
+                 + coalesce(w.kw / (rrf_k::double precision + k.rank), 0) AS score,
                v.rank AS v_rank, v.similarity AS v_sim, k.rank AS k_rank, k.score AS k_score
-          FROM v FULL JOIN k ON k.chunk_id = v.chunk_id
+          FROM v FULL JOIN k ON k.chunk_id = v.chunk_id CROSS JOIN w
     ),
     placed AS (
         SELECT fu.*,
@@ -137,14 +168,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer, double precision, integer) IS
-'Hybrid retrieval by Reciprocal Rank Fusion of kb.vector_search and kb.keyword_search: score = vector_weight/(rrf_k + vector_rank) + w/(rrf_k + keyword_rank) with w = keyword_weight, or exact_keyword_weight when kb.search_query marks the query strict_first (quotes, identifiers); ranks from 1, a chunk missing from a list adds 0, ties by the better rank then chunk_id; at most max_per_document chunks per document (NULL: no cap); ef_search passed to kb.vector_search. NULL query_embedding = keyword only. Returns both retrievers'' ranks and raw scores. Maxima: match_count, vector_candidates and keyword_candidates 1000 (larger values act as 1000); any rrf_k >= 0.';
+COMMENT ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer, double precision, integer, double precision) IS
+'Hybrid retrieval by Reciprocal Rank Fusion of kb.vector_search and kb.keyword_search: score = vector_weight/(rrf_k + vector_rank) + w/(rrf_k + keyword_rank) with w = exact_keyword_weight when kb.search_query marks the query strict_first (quotes, identifiers), else keyword_weight * share^keyword_confidence, share = the IDF share of the query''s lexemes held by the keyword leg''s best chunk (0: keyword_weight); ranks from 1, a chunk missing from a list adds 0, ties by the better rank then chunk_id; at most max_per_document chunks per document (NULL: no cap); ef_search passed to kb.vector_search. NULL query_embedding = keyword only. Returns both retrievers'' ranks and raw scores. Maxima: match_count, vector_candidates and keyword_candidates 1000 (larger values act as 1000); any rrf_k >= 0.';
 
-REVOKE ALL ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer, double precision, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer, double precision, integer, double precision) FROM PUBLIC;
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
-        GRANT EXECUTE ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer, double precision, integer) TO kb_reader;
+        GRANT EXECUTE ON FUNCTION kb.hybrid_search(text, public.vector, integer, integer, integer, integer, double precision, double precision, jsonb, uuid[], double precision, text, text, integer, double precision, integer, double precision) TO kb_reader;
     END IF;
 END
 $$;

@@ -350,6 +350,46 @@ def test_exact_queries_weigh_the_keyword_leg_by_exact_keyword_weight(
         rows(conn, "SELECT * FROM kb.hybrid_search('x', exact_keyword_weight => -1)")
 
 
+def test_plain_queries_weigh_the_keyword_leg_by_the_idf_share_its_best_chunk_holds(
+    conn: psycopg.Connection[Any], golden: Corpus
+) -> None:
+    # "vacuum" occurs in the corpus, "xylophone" nowhere: the keyword leg's best chunk holds only
+    # vacuum's share of the query's IDF mass, and its weight shrinks to that share ** power
+    c = golden.ids
+    n = len(c)
+    df = sum(
+        1
+        for (tsv,) in conn.execute("SELECT tsvector_to_array(tsv) FROM kb.chunks")
+        if "vacuum" in tsv
+    )
+    idf_vacuum = math.log(1 + (n - df + 0.5) / (df + 0.5))
+    idf_unknown = math.log(1 + (n + 0.5) / 0.5)
+    share = idf_vacuum / (idf_vacuum + idf_unknown)
+    kw = rows(conn, "SELECT chunk_id, rank FROM kb.keyword_search('vacuum xylophone', 3)")
+    assert [r["chunk_id"] for r in kw] == [c[4], c[2]]
+    sql = (
+        "SELECT chunk_id, score FROM kb.hybrid_search('vacuum xylophone', NULL, "
+        "match_count => 2, rrf_k => 10, keyword_weight => 1.0, keyword_confidence => %s)"
+    )
+    for power in (0.0, 1.0, 2.0):
+        got = rows(conn, sql, (power,))
+        weight = share**power
+        assert [r["chunk_id"] for r in got] == [c[4], c[2]]
+        assert [r["score"] for r in got] == pytest.approx([weight / 11, weight / 12], rel=1e-12)
+    # every query word found in the best chunk: full weight, whatever the power
+    full = rows(conn, sql.replace("vacuum xylophone", "vacuum"), (3.0,))
+    assert [r["score"] for r in full] == pytest.approx([1 / 11, 1 / 12], rel=1e-12)
+    # identifiers and quotes keep exact_keyword_weight: strong evidence by construction
+    exact = rows(
+        conn,
+        "SELECT score FROM kb.hybrid_search('40P01 xylophone', NULL, match_count => 1, "
+        "rrf_k => 10, exact_keyword_weight => 3.0, keyword_confidence => 2.0)",
+    )
+    assert [r["score"] for r in exact] == pytest.approx([3 / 11], rel=1e-12)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="keyword_confidence"):
+        rows(conn, "SELECT * FROM kb.hybrid_search('x', keyword_confidence => -1)")
+
+
 def test_max_per_document_keeps_each_documents_best_chunks(
     conn: psycopg.Connection[Any], golden: Corpus
 ) -> None:

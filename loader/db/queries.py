@@ -93,7 +93,8 @@ SELECT chunk_id, document_id, title, source_uri, chunk_index, heading_path, cont
            keyword_ranking => %(keyword_ranking)s,
            max_per_document => %(max_per_document)s,
            exact_keyword_weight => %(exact_keyword_weight)s,
-           ef_search => %(ef_search)s)
+           ef_search => %(ef_search)s,
+           keyword_confidence => %(keyword_confidence)s)
 """
 
 VECTOR_SEARCH = """
