@@ -237,7 +237,9 @@ def cmd_show(args: argparse.Namespace) -> None:
                 else f"{k}={r['signals'].get(k)}"
                 for k in keys
             )
-            print(f"{name} {'A' if r['answerable'] else 'U'} {r['kind'][:5]} {vals} {r['text'][:70]}")
+            print(
+                f"{name} {'A' if r['answerable'] else 'U'} {r['kind'][:5]} {vals} {r['text'][:70]}"
+            )
 
 
 def main() -> None:

@@ -180,8 +180,8 @@ def fuse(it: dict[str, Any], c: dict[str, Any]) -> list[str]:
         # its best qn hits contain (1.0: one of them holds every lexeme, rare ones weigh most)
         conf = max((row[5] or 0.0) for row in kw[: c.get("qn", 1)])
         kw_w *= max(c.get("qfloor", 0.0), conf ** c["qp"]) if c["qp"] else 1.0
-        if c.get("qthr") is not None:
-            kw_w = (c["kw"] if conf >= c["qthr"] else c.get("qlow", 0.0)) if not strict_first else kw_w
+        if c.get("qthr") is not None and not strict_first:
+            kw_w = c["kw"] if conf >= c["qthr"] else c.get("qlow", 0.0)
     vw = c["vw"]
     if c["fusion"] == "doc_rrf":  # RRF over each leg's distinct documents, not its chunks
         fused: dict[str, float] = defaultdict(float)

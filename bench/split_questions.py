@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any
 
 
-def split(
-    files: list[Path], seed: int
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split(files: list[Path], seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     tune: list[dict[str, Any]] = []
     heldout: list[dict[str, Any]] = []
     for path in files:
