@@ -186,10 +186,82 @@ def cmd_collect(args: argparse.Namespace) -> None:
     print(f"collected {len(rows)} questions ({args.name}) in {time.monotonic() - started:.0f} s")
 
 
-def _load(names: str) -> dict[str, list[dict[str, Any]]]:
-    return {
-        name: pickle.loads((CACHE / f"abst-{name}.pkl").read_bytes()) for name in names.split(",")
-    }
+def _profile_of(name: str) -> dict[str, float]:
+    """Quantiles of the pseudo-queries' best similarity (and of their sims' peak) for a set."""
+    import numpy as np
+
+    corpus = name.rsplit("-", 1)[0]
+    path = CACHE / f"prof-{corpus}-tune.pkl"
+    if not path.exists():
+        path = CACHE / f"prof-{name}.pkl"
+    prof = pickle.loads(path.read_bytes())
+    tops = np.array([p["vector"][0][1] for p in prof["pseudo"]])
+    return {f"q{q}": float(np.quantile(tops, q / 100)) for q in (5, 10, 25, 50, 75, 90)}
+
+
+def features(row: dict[str, Any], profile: dict[str, float], delta: float = 0.03) -> dict[str, Any]:
+    """Candidate signals computed from a question's raw evidence."""
+    import numpy as np
+
+    raw = row["raw"]
+    sig = dict(row["signals"])
+    terms = {lex: (df, idf) for lex, df, idf in raw["terms"]}
+    total = sum(idf for _, idf in terms.values()) or 1.0
+    hits = raw["hits"]
+    top_ids = [h["id"] for h in hits]
+    union = set().union(*(set(raw["lexemes"].get(i, ())) for i in top_ids)) if top_ids else set()
+    sig["unknown_share"] = sum(idf for df, idf in terms.values() if df == 0) / total
+    sig["union_coverage"] = sum(idf for lex, (_, idf) in terms.items() if lex in union) / total
+    # semantic support of each content word: how much the best passage's similarity to the
+    # question drops when the word is left out
+    q = raw["query_vec"]
+    best = max(hits, key=lambda h: h["vsim"] if h["vsim"] is not None else -9, default=None)
+    support: dict[str, float] = {}
+    salience: dict[str, float] = {}
+    if best is not None and best["id"] in raw["hit_vecs"]:
+        pv = raw["hit_vecs"][best["id"]]
+        for w, v in raw["loo"].items():
+            support[w] = float(q @ pv) - float(v @ pv)
+            salience[w] = 1 - float(q @ v)
+    lex_support: dict[str, float] = {}
+    for w, lexemes in raw["word_lexemes"].items():
+        for lex in lexemes:
+            lex_support[lex] = max(lex_support.get(lex, -9), support.get(w, -9))
+    covered = 0.0
+    for lex, (_, idf) in terms.items():
+        if lex in union or lex_support.get(lex, -9) >= delta:
+            covered += idf
+    sig["content_coverage"] = covered / total
+    uncovered = [(idf, lex) for lex, (_, idf) in terms.items() if lex not in union]
+    top_idf = max((idf for _, idf in terms.values()), default=1.0)
+    sig["missing_idf"] = max(uncovered)[0] / top_idf if uncovered else 0.0
+    if salience:
+        focus = max(salience, key=lambda w: salience[w])
+        sig["focus_support"] = support[focus]
+        sig["focus_lexical"] = float(any(x in union for x in raw["word_lexemes"][focus]))
+    top = sig.get("top_similarity")
+    if top is not None:
+        spread = (profile["q50"] - profile["q10"]) or 1e-6
+        sig["relative_similarity"] = (top - profile["q50"]) / spread
+        sig["relative_similarity_ratio"] = top / profile["q50"]
+    sims = [s for _, s in raw["vector"]]
+    if len(sims) >= 10:
+        sig["similarity_peak"] = sims[0] - float(np.mean(sims[1:10]))
+    kdocs = [d for _, d in raw["keyword"][:5]]
+    vdocs = [raw["docs"].get(i) for i, _ in raw["vector"][:1]]
+    sig["leg_agreement"] = float(bool(vdocs and vdocs[0] in kdocs))
+    return sig
+
+
+def _load(names: str, delta: float = 0.03) -> dict[str, list[dict[str, Any]]]:
+    out = {}
+    for name in names.split(","):
+        rows = pickle.loads((CACHE / f"abst-{name}.pkl").read_bytes())
+        profile = _profile_of(name)
+        for r in rows:
+            r["signals"] = features(r, profile, delta)
+        out[name] = rows
+    return out
 
 
 def _rates(rule: Any, rows: list[dict[str, Any]]) -> str:
@@ -202,26 +274,44 @@ def _rates(rule: Any, rows: list[dict[str, Any]]) -> str:
     return f"caught {c:16s} answerable flagged {w}"
 
 
-def cmd_fit(args: argparse.Namespace) -> None:
-    from loader.evaluation.calibrate import Sample, calibrate
+LAB_DIRECTIONS = {
+    "unknown_share": ">=",
+    "union_coverage": "<",
+    "content_coverage": "<",
+    "missing_idf": ">=",
+    "focus_support": "<",
+    "focus_lexical": "<",
+    "relative_similarity": "<",
+    "relative_similarity_ratio": "<",
+    "similarity_peak": "<",
+    "leg_agreement": "<",
+}
 
-    tune = _load(args.tune)
+
+def cmd_fit(args: argparse.Namespace) -> None:
+    from loader.evaluation.calibrate import DIRECTIONS, Sample, calibrate
+
+    tune = _load(args.tune, args.delta)
     samples = [
         Sample(f"{name}:{r['id']}", r["signals"], not r["answerable"], group=name)
         for name, rows in tune.items()
         for r in rows
     ]
+    directions = {**DIRECTIONS, **LAB_DIRECTIONS}
+    if args.signals:
+        directions = {k: v for k, v in directions.items() if k in args.signals.split(",")}
     rule, report = calibrate(
         samples,
         max_false_positive_rate=args.max_fp,
         max_clauses=args.max_clauses,
+        directions=directions,
     )
     print("rule:", rule.describe())
     print(json.dumps({k: v for k, v in report.items() if "flagged" in k}, indent=1)[:2000])
     for name, rows in tune.items():
         print(f"  tune    {name:22s} {_rates(rule, rows)}")
     if args.heldout:
-        for name, rows in _load(args.heldout).items():
+        for name, rows in _load(args.heldout, args.delta).items():
             print(f"  heldout {name:22s} {_rates(rule, rows)}")
     if args.save:
         Path(args.save).write_text(json.dumps(rule.to_json(), indent=1))
@@ -255,7 +345,9 @@ def main() -> None:
     fit.add_argument("--heldout")
     fit.add_argument("--max-fp", type=float, default=0.04)
     fit.add_argument("--max-clauses", type=int, default=3)
+    fit.add_argument("--delta", type=float, default=0.03)
     fit.add_argument("--save")
+    fit.add_argument("--signals", help="only these signals (comma-separated)")
     show = sub.add_parser("show")
     show.add_argument("--name", required=True)
     show.add_argument("--signals", required=True)

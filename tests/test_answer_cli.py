@@ -99,6 +99,10 @@ def test_unanswerable_says_i_dont_know_with_the_closest_sources(
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0] == IDK
     assert "Closest sources found:" in result.stdout
+    # the closest passages follow "I don't know", labelled so nobody reads them as the answer
+    lines = result.stdout.splitlines()
+    shown = lines.index("Closest passages (closest, not an answer):")
+    assert shown > 0 and lines[shown + 1].startswith("  [") and lines[shown + 2].startswith("    ")
     assert chats(fake4) == []
     data = json.loads(run(with_chat(env, fake4), "--json", UNANSWERABLE).stdout)
     assert data["abstained"] is True and data["answer"] == IDK and data["citations"] == []

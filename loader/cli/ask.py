@@ -83,6 +83,19 @@ def ask(
     _print(answer, show_context=show_context, streamed="".join(streamed))
 
 
+CLOSEST_SHOWN = 3
+"""Passages shown after "I don't know": the closest retrieval found, labelled as not an answer."""
+EXCERPT_CHARS = 240
+
+
+def _excerpt(text: str) -> str:
+    """The start of ``text`` on one line, cut at a word near EXCERPT_CHARS."""
+    flat = " ".join(text.split())
+    if len(flat) <= EXCERPT_CHARS:
+        return flat
+    return flat[:EXCERPT_CHARS].rsplit(" ", 1)[0] + " ..."
+
+
 def _print(answer: Any, *, show_context: bool, streamed: str) -> None:
     if show_context and answer.context:
         click.secho("Context given to the model:", bold=True)
@@ -104,6 +117,13 @@ def _print(answer: Any, *, show_context: bool, streamed: str) -> None:
             echo(answer.answer)
     else:
         echo(answer.answer)
+
+    if answer.abstained and answer.context:
+        echo()
+        click.secho("Closest passages (closest, not an answer):", bold=True)
+        for passage in answer.context[:CLOSEST_SHOWN]:
+            echo(f"  [{passage.title}] {passage.source_uri} (chunk {passage.chunk_index})")
+            echo(f"    {_excerpt(passage.content)}")
 
     for note in answer.notes:
         click.secho(printable(f"note: {note}"), fg="yellow", err=True)

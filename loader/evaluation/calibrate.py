@@ -10,10 +10,15 @@ Output: an :class:`~loader.answer.abstention.AbstentionRule`, a disjunction of a
    similarity, unknown names present, ...);
 2. candidate clauses: every test alone and every pair of tests on different signals;
 3. repeatedly add the clause that flags the most not-yet-flagged unanswerable questions while
-   the rule as a whole wrongly flags at most ``max_false_positive_rate`` of the answerable ones;
-   ties go to fewer tests, fewer false flags, then the widest margin around the threshold. A
-   clause must add at least ``min_new`` unanswerable questions (10% of them, at least one), so
-   the rule does not grow a clause per outlier.
+   the rule as a whole wrongly flags at most ``max_false_positive_rate`` of the answerable ones
+   of every group; ties go to fewer tests, fewer false flags, then the widest margin around the
+   threshold. A clause must add at least ``min_new`` unanswerable questions (10% of them, at
+   least one), so the rule does not grow a clause per outlier.
+
+Samples may come in groups (``Sample.group``: one question set, one vocabulary each). Then the
+false-flag bound holds in every group on its own, and a flagged unanswerable question counts
+1 / (the unanswerable questions of its group): each vocabulary weighs the same whatever its
+size, so the rule that wins is the one that catches unanswerable questions in all of them.
 
 With a handful of unanswerable questions any learnt rule can overfit: check it on held-out
 questions (``pgkb eval --calibrate --holdout FILE``) before trusting the figures.
@@ -46,6 +51,8 @@ class Sample:
     id: str
     signals: Mapping[str, Any]
     unanswerable: bool
+    group: str = ""
+    """The question set (vocabulary) the sample comes from."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,11 +62,19 @@ class _Candidate:
     margin: float
 
 
+MAX_THRESHOLDS = 40
+"""Candidate thresholds per signal at most (evenly spread over the observed values): enough to
+place a cut anywhere that matters, few enough that pairs of tests stay cheap to enumerate."""
+
+
 def _thresholds(values: Sequence[float], op: str) -> list[tuple[float, float]]:
     """(threshold, margin) pairs: midpoints between neighbouring distinct values."""
     distinct = sorted(set(values))
     if len(distinct) < 2:
         return []
+    if len(distinct) > MAX_THRESHOLDS + 1:
+        step = (len(distinct) - 1) / MAX_THRESHOLDS
+        distinct = sorted({distinct[round(i * step)] for i in range(MAX_THRESHOLDS + 1)})
     spread = (distinct[-1] - distinct[0]) or 1.0
     out = []
     for low, high in itertools.pairwise(distinct):
@@ -71,10 +86,12 @@ def _thresholds(values: Sequence[float], op: str) -> list[tuple[float, float]]:
     return out
 
 
-def candidate_conditions(samples: Sequence[Sample]) -> list[tuple[Condition, int, float]]:
+def candidate_conditions(
+    samples: Sequence[Sample], directions: Mapping[str, str] | None = None
+) -> list[tuple[Condition, int, float]]:
     """Every single test worth considering, with the bit mask of the samples it flags."""
     out = []
-    for signal, op in DIRECTIONS.items():
+    for signal, op in (directions or DIRECTIONS).items():
         values = [s.signals.get(signal) for s in samples]
         numeric = [float(v) for v in values if v is not None]
         for threshold, margin in _thresholds(numeric, op):
@@ -93,22 +110,32 @@ def calibrate(
     max_false_positive_rate: float = 0.05,
     max_clauses: int = 3,
     min_new: int | None = None,
+    directions: Mapping[str, str] | None = None,
 ) -> tuple[AbstentionRule, dict[str, Any]]:
     """Learn the rule; returns it and what it achieves on ``samples``."""
     positives = 0
     negatives = 0
+    group_negatives: dict[str, int] = {}
+    group_positives: dict[str, int] = {}
     for i, sample in enumerate(samples):
         if sample.unanswerable:
             positives |= 1 << i
+            group_positives[sample.group] = group_positives.get(sample.group, 0) | 1 << i
         else:
             negatives |= 1 << i
+            group_negatives[sample.group] = group_negatives.get(sample.group, 0) | 1 << i
     n_pos, n_neg = positives.bit_count(), negatives.bit_count()
     if n_pos == 0 or n_neg == 0:
         raise ValueError("calibration needs both answerable and unanswerable questions")
-    allowed_fp = math.floor(max_false_positive_rate * n_neg + 1e-9)
+    allowed = {
+        group: (mask, math.floor(max_false_positive_rate * mask.bit_count() + 1e-9))
+        for group, mask in group_negatives.items()
+    }
+    # each flagged unanswerable question weighs 1 / (its group's unanswerable questions)
+    weights = [(mask, 1 / mask.bit_count()) for mask in group_positives.values()]
     need = min_new if min_new is not None else max(1, math.ceil(0.1 * n_pos))
 
-    singles = candidate_conditions(samples)
+    singles = candidate_conditions(samples, directions)
     candidates = [_Candidate((c,), m, g) for c, m, g in singles]
     for (c1, m1, g1), (c2, m2, g2) in itertools.combinations(singles, 2):
         if c1.signal == c2.signal:
@@ -124,13 +151,14 @@ def calibrate(
         best_candidate: _Candidate | None = None
         for cand in candidates:
             union = flagged | cand.mask
+            if any((union & mask).bit_count() > limit for mask, limit in allowed.values()):
+                continue
             false_flags = (union & negatives).bit_count()
-            if false_flags > allowed_fp:
+            new = cand.mask & positives & ~flagged
+            if new.bit_count() < need:
                 continue
-            new_pos = (cand.mask & positives & ~flagged).bit_count()
-            if new_pos < need:
-                continue
-            key = (new_pos, -len(cand.conditions), -false_flags, cand.margin)
+            gain = round(sum((new & mask).bit_count() * w for mask, w in weights), 9)
+            key = (gain, -len(cand.conditions), -false_flags, cand.margin)
             if best is None or key > best:
                 best, best_candidate = key, cand
         if best_candidate is None:
