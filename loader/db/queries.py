@@ -160,6 +160,15 @@ CHUNK_LEXEMES = "SELECT chunk_id, lexemes FROM kb.chunk_lexemes(%(ids)s, %(lexem
 ABSTENTION_RULE = "SELECT kb.abstention_rule()"
 """The calibrated rule stored in kb.settings (NULL when none)."""
 
+# --- the corpus's similarity profile (loader.answer.abstention.profile) ----------------------
+
+SIMILARITY_PROFILE = """
+SELECT s.value FROM kb.settings s, kb.active_model() m
+ WHERE s.key = %s AND s.value ->> 'model' = m.name
+"""
+PROFILE_STATE = "SELECT (SELECT name FROM kb.active_model()), chunk_count FROM kb.corpus_stats"
+PSEUDO_QUERIES = "SELECT chunk_id, query FROM kb.pseudo_queries(%s)"
+BEST_SIMILARITY = "SELECT max(similarity) FROM kb.vector_search(%s, 1)"
 SAVE_SETTING = """
 INSERT INTO kb.settings (key, value) VALUES (%s, %s)
     ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()

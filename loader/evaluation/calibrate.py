@@ -43,6 +43,10 @@ DIRECTIONS: dict[str, str] = {
     "leg_overlap": "<",
     "keyword_hits": "<",
     "score_gap": "<",
+    "unknown_share": ">=",
+    "passage_coverage": "<",
+    "relative_similarity": "<",
+    "leg_agreement": "<",
 }
 
 

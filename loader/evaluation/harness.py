@@ -201,6 +201,21 @@ def _short(summary: dict[str, Any]) -> str:
     return ", ".join(f"{k} {summary[k]}" for k in keys) or "done"
 
 
+def _ensure_profile(conn: psycopg.Connection[Any], embedder: Any, progress: Progress) -> None:
+    """The gate's similarity profile, measured first when missing or stale; a read-only
+    database keeps what it has (the relative_similarity signal is None without one)."""
+    from loader.answer.abstention.profile import ensure_profile
+
+    try:
+        profile = ensure_profile(conn, embedder.embed)
+    except psycopg.Error as exc:
+        conn.rollback()
+        progress(f"warning: similarity profile not measured ({exc.diag.message_primary})")
+        return
+    if profile is None:
+        progress("no similarity profile: too few chunks to sample")
+
+
 def _evaluate_items(
     conn: psycopg.Connection[Any],
     settings: Settings,
@@ -217,6 +232,8 @@ def _evaluate_items(
     embedder = get_embedder(settings)
     retriever = _Retriever(conn, settings)
     retrievers.append(retriever)
+    if abstention:
+        _ensure_profile(conn, embedder, progress)
     return run_queries(
         conn,
         settings,

@@ -123,8 +123,26 @@ def ingest_documents(
             writer.flush()
         writer.finish_graph(settings)
         analyze(conn, report)
+        refresh_profile(conn, embedder, report)
     report.seconds["total"] = time.perf_counter() - started
     return report
+
+
+def refresh_profile(
+    conn: psycopg.Connection[Any], embedder: Embedder, report: IngestReport
+) -> None:
+    """Measure the corpus's similarity profile again when the corpus or model changed enough
+    (:mod:`loader.answer.abstention.profile`); a failure is logged and the ingest stands."""
+    from loader.answer.abstention.profile import ensure_profile
+
+    if report.aborted:
+        return
+    try:
+        with report.phase("profile"):
+            ensure_profile(conn, embedder.embed)
+    except (PgkbError, psycopg.Error) as exc:
+        conn.rollback()
+        log.warning("similarity profile not measured: %s", exc)
 
 
 def ingest_paths(
@@ -207,6 +225,7 @@ def ingest_paths(
                     names=names,
                 )
         analyze(conn, report)
+        refresh_profile(conn, embedder, report)
     report.seconds["total"] = time.perf_counter() - started
     return report
 

@@ -32,6 +32,10 @@ SIGNALS = (
     "leg_overlap",
     "keyword_hits",
     "score_gap",
+    "unknown_share",
+    "passage_coverage",
+    "relative_similarity",
+    "leg_agreement",
 )
 OPS = ("<", "<=", ">", ">=")
 

@@ -23,6 +23,23 @@
     how many hits the keyword leg found at all.
 ``score_gap``
     (best fused score - fifth fused score) / best fused score.
+
+Signals that exist for plain-word questions too (no name needed):
+
+``unknown_share``
+    the share of the query's IDF mass in words the corpus never uses ("Is there a cycle to work
+    scheme?" over a handbook that never says cycle). Names and typos aside, a question whose
+    rarest words are all unknown asks about something the corpus does not hold.
+``passage_coverage``
+    the share of the query's IDF mass that the retrieved chunks hold together (``coverage`` is
+    the best single chunk's share).
+``relative_similarity``
+    the best cosine similarity against this corpus's own scale, measured for the active model
+    from random in-corpus pseudo-queries (:mod:`.profile`): 0 at their median, -1 at their 10th
+    percentile. Thresholds on it travel between corpora and models; None without a profile.
+``leg_agreement``
+    1.0 when the hit nearest to the question in meaning (best vector rank) was found by the
+    keyword leg too, else 0.0: both legs point at the same passage.
 """
 
 from __future__ import annotations
@@ -35,6 +52,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
+from loader.answer.abstention.profile import load_profile, relative_similarity
 from loader.answer.abstention.words import (
     defined_abbreviations,
     edit_distance,
@@ -155,12 +173,14 @@ def compute_signals(
     ]
     total = sum(idf.values())
     coverage = 0.0
+    held: set[str] = set()
     if chunk_ids and total > 0:
         rows = conn.execute(
             queries.CHUNK_LEXEMES, {"ids": chunk_ids, "lexemes": sorted(idf)}
         ).fetchall()
         for _chunk_id, present in rows:
             coverage = max(coverage, sum(idf[lex] for lex in present or ()) / total)
+            held.update(present or ())
 
     similarities = [
         float(s) for s in (hit_value(h, "vector_similarity") for h in hits) if s is not None
@@ -175,15 +195,26 @@ def compute_signals(
     gap: float | None = None
     if len(scores) >= 5 and scores[0] > 0:
         gap = (scores[0] - scores[4]) / scores[0]
+    ranked = [h for h in hits if hit_value(h, "vector_rank") is not None]
+    nearest = min(ranked, key=lambda h: int(hit_value(h, "vector_rank")), default=None)
+    top = max(similarities) if similarities else None
     signals: dict[str, Any] = {
         "hits": float(len(hits)),
         "unknown_terms": float(len(unknown)),
         "unknown_names": float(len(names_missing)),
         "coverage": round(coverage, 6) if total > 0 else None,
-        "top_similarity": max(similarities) if similarities else None,
+        "top_similarity": top,
         "leg_overlap": float(both),
         "keyword_hits": float(keyword_hits),
         "score_gap": gap,
+        "unknown_share": (
+            round(sum(idf[lex] for lex in unknown) / total, 6) if total > 0 else None
+        ),
+        "passage_coverage": round(sum(idf[lex] for lex in held) / total, 6) if total > 0 else None,
+        "relative_similarity": relative_similarity(top, load_profile(conn)),
+        "leg_agreement": (
+            None if nearest is None else float(hit_value(nearest, "keyword_rank") is not None)
+        ),
         "unknown_term_list": unknown,
         "unknown_name_list": names_missing,
     }
