@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from typing import Any
 
 import psycopg
@@ -24,8 +26,15 @@ from loader.answer.abstention import (
     save_rule,
     spelt_like_english,
 )
+from loader.answer.abstention.profile import (
+    is_stale,
+    load_profile,
+    measure_profile,
+    relative_similarity,
+)
 from loader.errors import ConfigError
 from loader.settings import Settings
+from tests.helpers import LONG_CHUNKS, MODEL, Doc, load_corpus
 
 CHUNKS = [
     ("vacuum.html", "Routine Vacuuming", "VACUUM reclaims storage occupied by dead tuples."),
@@ -267,3 +276,94 @@ def test_rule_round_trips_through_kb_settings(
 def test_bad_rule_is_a_clear_config_error(bad: str) -> None:
     with pytest.raises(ConfigError, match="abstention rule"):
         AbstentionRule.from_json(bad, source="test")
+
+
+# --- signals for plain-word questions ---------------------------------------------------------
+
+
+def _idf(conn: psycopg.Connection[Any], lexeme: str) -> float:
+    """BM25's IDF of ``lexeme`` recomputed from the chunks' tsvectors (independently)."""
+    vectors = [r[0] for r in conn.execute("SELECT tsvector_to_array(tsv) FROM kb.chunks")]
+    df = sum(1 for v in vectors if lexeme in v)
+    n = len(vectors)
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def test_plain_word_signals(conn: psycopg.Connection[Any]) -> None:
+    ids = _load(conn)
+    # "xylophon" occurs nowhere; "reclaim" and "tupl" only in chunk 0, "daemon" only in chunk 1
+    question = "Does the daemon reclaim tuples with a xylophone?"
+    hits = [_hit(ids[1], 0.03, 0.62, 2, 1), _hit(ids[0], 0.02, 0.7, 1, None)]
+    signals = compute_signals(conn, question, hits)
+    idf = {lex: _idf(conn, lex) for lex in ("daemon", "reclaim", "tupl", "xylophon")}
+    total = sum(idf.values())
+    assert signals["unknown_share"] == pytest.approx(idf["xylophon"] / total, abs=1e-6)
+    # the two hits together hold every known word; the best single one only part of them
+    assert signals["passage_coverage"] == pytest.approx(1 - idf["xylophon"] / total, abs=1e-6)
+    assert signals["coverage"] < signals["passage_coverage"]
+    # the hit nearest in meaning (vector rank 1) was not found by the keyword leg
+    assert signals["leg_agreement"] == 0.0
+    assert signals["relative_similarity"] is None  # no profile measured for this corpus
+    agreeing = compute_signals(conn, question, [_hit(ids[0], 0.03, 0.7, 1, 1)])
+    assert agreeing["leg_agreement"] == 1.0
+    assert (
+        compute_signals(conn, question, [_hit(ids[0], 0.01, None, None, 1)])["leg_agreement"]
+        is None
+    )
+
+
+def test_relative_similarity_reads_the_active_models_profile(conn: psycopg.Connection[Any]) -> None:
+    ids = _load(conn)
+    conn.execute("SELECT kb.register_model('tiny', 3, 'test')")
+    profile = {"model": "tiny", "chunks": 5, "sample": 40, "q10": 0.3, "q25": 0.4, "q50": 0.5}
+    conn.execute(
+        "INSERT INTO kb.settings (key, value) VALUES ('similarity_profile', %s::jsonb)",
+        (json.dumps(profile),),
+    )
+    signals = compute_signals(conn, "VACUUM", [_hit(ids[0], 0.03, 0.7, 1, 1)])
+    assert signals["relative_similarity"] == pytest.approx((0.7 - 0.5) / (0.5 - 0.3))
+    # a profile measured with another model says nothing about this one's similarities
+    conn.execute(
+        "UPDATE kb.settings SET value = jsonb_set(value, '{model}', '\"other\"') "
+        "WHERE key = 'similarity_profile'"
+    )
+    assert (
+        compute_signals(conn, "VACUUM", [_hit(ids[0], 0.03, 0.7, 1, 1)])["relative_similarity"]
+        is None
+    )
+    assert relative_similarity(0.6, {"q10": 0.5, "q50": 0.5}) is None  # no spread, no scale
+
+
+def test_profile_is_measured_from_pseudo_queries(conn: psycopg.Connection[Any]) -> None:
+    load_corpus(conn, [Doc("Checkpoint Tuning", "/kb/checkpoint.md", "guide", LONG_CHUNKS)])
+    stored = {r[0]: r[1] for r in conn.execute("SELECT id, content FROM kb.chunks")}
+    pseudo = conn.execute("SELECT chunk_id, query FROM kb.pseudo_queries(1000)").fetchall()
+    assert len(pseudo) == len(LONG_CHUNKS)
+    assert all(len(q.split()) == 10 and q in " ".join(stored[c].split()) for c, q in pseudo)
+    assert conn.execute("SELECT count(*) FROM kb.pseudo_queries(5)").fetchone() == (5,)
+    assert pseudo == conn.execute("SELECT chunk_id, query FROM kb.pseudo_queries(1000)").fetchall()
+
+    def embed(texts: Any) -> list[list[float]]:  # a direction of its own per pseudo-query
+        return [[0.1 * (len(t) % 7), 0.0, 1.0, 0.0] for t in texts]
+
+    vectors = [v for _h, _c, v in LONG_CHUNKS]
+
+    def cos(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b, strict=True)) / (
+            math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+        )
+
+    best = [max(cos(q, v) for v in vectors) for q in embed([q for _c, q in pseudo])]
+    assert is_stale(conn, load_profile(conn))
+    profile = measure_profile(conn, embed)
+    assert profile is not None and load_profile(conn) == profile
+    assert (profile["model"], profile["chunks"], profile["sample"]) == (MODEL, 30, 30)
+    assert profile["q50"] == pytest.approx(statistics.median(best), abs=1e-5)
+    assert profile["q10"] <= profile["q25"] <= profile["q50"] <= profile["q90"]
+    assert not is_stale(conn, profile)
+    assert is_stale(conn, {**profile, "chunks": 10})  # the corpus has tripled since
+    assert is_stale(conn, {**profile, "model": "another"})
+    # a corpus too small to sample gives no profile, and stores none
+    conn.execute("DELETE FROM kb.chunks WHERE chunk_index >= 10")
+    conn.execute("DELETE FROM kb.settings WHERE key = 'similarity_profile'")
+    assert measure_profile(conn, embed) is None and load_profile(conn) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -295,6 +296,27 @@ def test_calibration_respects_the_false_flag_budget() -> None:
     none = AbstentionRule((), source="x")
     assert rule_rates(none, samples)["unanswerable_flagged"] == 0.0
     assert Condition("coverage", "<", 0.5).holds({"coverage": None}) is False
+
+
+def test_calibration_bounds_false_flags_in_every_group() -> None:
+    # group "a" (10 answerable): one answerable question has the low coverage of a's
+    # unanswerable ones; group "b" (40 answerable): its unanswerable ones name unknown products
+    def sample(name: str, group: str, coverage: float, names: float, unanswerable: bool) -> Sample:
+        signals = {"coverage": coverage, "unknown_names": names}
+        return Sample(name, signals, unanswerable, group=group)
+
+    samples = [sample(f"a{i}", "a", 0.9, 0.0, False) for i in range(9)]
+    samples.append(sample("a-low", "a", 0.1, 0.0, False))
+    samples += [sample(f"au{i}", "a", 0.1, 0.0, True) for i in range(5)]
+    samples += [sample(f"b{i}", "b", 0.9, 0.0, False) for i in range(40)]
+    samples += [sample(f"bu{i}", "b", 0.2, 1.0, True) for i in range(5)]
+    # pooled, one false flag in 50 answerable questions fits a 5% budget: coverage catches all
+    pooled, _ = calibrate([dataclasses.replace(s, group="") for s in samples])
+    assert rule_rates(pooled, samples)["wrongly_flagged"] == ["a-low"]
+    # by group, a's budget is 0 of 10: only b's unknown names may be flagged
+    grouped, report = calibrate(samples)
+    assert grouped.describe() == "(unknown_names >= 1)"
+    assert report["wrongly_flagged"] == [] and report["unanswerable_flagged"] == 0.5
 
 
 def test_multipage_questions_count_the_share_of_their_pages_found(tmp_path: Path) -> None:
