@@ -66,6 +66,8 @@ def cmd_collect(args: argparse.Namespace) -> None:
     settings = load_settings()
     embedder = get_embedder(settings)
     items = _items(args)
+    if args.limit:
+        items = items[: args.limit]
     rows = []
     started = time.monotonic()
     with connection(settings) as conn:
@@ -149,6 +151,7 @@ def main() -> None:
     col.add_argument("--beir")
     col.add_argument("--qrels")
     col.add_argument("--name", required=True)
+    col.add_argument("--limit", type=int, help="the first N questions only")
     fit = sub.add_parser("fit")
     fit.add_argument("--tune", required=True)
     fit.add_argument("--heldout")
