@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from loader.answer.abstention import (
     DEFAULT_RULE,
@@ -367,3 +368,31 @@ def test_profile_is_measured_from_pseudo_queries(conn: psycopg.Connection[Any]) 
     conn.execute("DELETE FROM kb.chunks WHERE chunk_index >= 10")
     conn.execute("DELETE FROM kb.settings WHERE key = 'similarity_profile'")
     assert measure_profile(conn, embed) is None and load_profile(conn) is None
+
+
+def test_default_rule_says_i_dont_know_to_a_plain_word_question(
+    conn: psycopg.Connection[Any], settings: Settings
+) -> None:
+    # a tiny corpus (30 chunks on checkpoints, hand-made vectors) with its similarity profile
+    load_corpus(conn, [Doc("Checkpoint Tuning", "/kb/checkpoint.md", "guide", LONG_CHUNKS)])
+    profile = measure_profile(conn, lambda texts: [[0.1 * (len(t) % 7), 0, 1, 0] for t in texts])
+    assert profile is not None
+    conn.commit()
+
+    def hits(question: str, vector: list[float]) -> list[dict[str, Any]]:
+        with conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(
+                "SELECT chunk_id, score, vector_similarity, vector_rank, keyword_rank "
+                "FROM kb.hybrid_search(%s, %s::vector)",
+                (question, str(vector)),
+            ).fetchall()
+
+    # plain words, no name: the corpus has no word for choir or rehearsal, and nothing near it
+    question = "Is there a staff choir that rehearses after work?"
+    unanswerable = decide(conn, settings, question, hits(question, [1, 0, 0.2, 0]))
+    assert unanswerable.abstain, unanswerable.signals
+    assert unanswerable.signals["unknown_names"] == 0
+    assert "unknown_share" in unanswerable.reason
+    question = "How does the checkpointer spread its writes to avoid spikes?"
+    answerable = decide(conn, settings, question, hits(question, [0, 0, 1, 0.1]))
+    assert not answerable.abstain, answerable.signals
