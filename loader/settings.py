@@ -142,7 +142,7 @@ class Settings:
     exact_keyword_weight: float = 3.0
     """The keyword leg's weight for queries that ask for exact matching (a quoted phrase, an
     identifier such as 40P01 or work_mem): such queries lean on the keyword leg."""
-    keyword_confidence: float = 2.0
+    keyword_confidence: float = 1.0
     """How far the keyword leg steps back when its evidence is weak: for a plain question its
     weight is keyword_weight * share ** keyword_confidence, share = the IDF share of the query's
     words its best chunk holds (kb.hybrid_search); 0 keeps keyword_weight whatever it matched."""

@@ -23,7 +23,7 @@ FUNCTIONS: dict[str, str | None] = {
 --                  model text DEFAULT NULL, keyword_ranking text DEFAULT 'bm25',
 --                  max_per_document integer DEFAULT NULL,
 --                  exact_keyword_weight double precision DEFAULT 3.0, ef_search integer DEFAULT NULL,
---                  keyword_confidence double precision DEFAULT 2.0)
+--                  keyword_confidence double precision DEFAULT 1.0)
 --   -> TABLE (chunk_id, document_id, title, source_uri, chunk_index, heading_path, content,
 --             score, vector_rank, vector_similarity, keyword_rank, keyword_score,
 --             category, metadata, token_count)
@@ -76,7 +76,7 @@ CREATE OR REPLACE FUNCTION kb.hybrid_search(
     max_per_document integer DEFAULT NULL,
     exact_keyword_weight double precision DEFAULT 3.0,
     ef_search integer DEFAULT NULL,
-    keyword_confidence double precision DEFAULT 2.0)
+    keyword_confidence double precision DEFAULT 1.0)
 RETURNS TABLE (
     chunk_id bigint,
     document_id uuid,
