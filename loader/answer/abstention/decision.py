@@ -40,6 +40,17 @@ def _explain(condition: Condition, signals: Mapping[str, Any]) -> str:
         return "the corpus never mentions " + ", ".join(signals["unknown_name_list"])
     if condition.signal == "unknown_terms" and signals.get("unknown_term_list"):
         return "the corpus has no word " + ", ".join(signals["unknown_term_list"])
+    if condition.signal == "unknown_share" and signals.get("unknown_term_list"):
+        share = float(signals.get("unknown_share") or 0)
+        return (
+            f"{share:.0%} of the question's weight (unknown_share) is in words the corpus "
+            "never uses: " + ", ".join(signals["unknown_term_list"])
+        )
+    if condition.signal == "relative_similarity" and signals.get("relative_similarity") is not None:
+        return (
+            f"the best match is weak for this corpus (relative_similarity "
+            f"{float(signals['relative_similarity']):.2f} {condition.op} {condition.value:g})"
+        )
     observed = signals.get(condition.signal)
     shown = f"{observed:.3f}" if isinstance(observed, float) else str(observed)
     return f"{condition.signal} = {shown} ({condition.describe()})"
