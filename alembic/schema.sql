@@ -415,9 +415,9 @@ GRANT ALL ON FUNCTION kb.explore_graph(start_document uuid, query_text text, max
 REVOKE ALL ON FUNCTION kb.find_documents(ref text, filters jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.find_documents(ref text, filters jsonb) TO kb_reader;
 
--- acl: FUNCTION hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer)
-REVOKE ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer) TO kb_reader;
+-- acl: FUNCTION hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer, keyword_confidence double precision)
+REVOKE ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer, keyword_confidence double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer, keyword_confidence double precision) TO kb_reader;
 
 -- acl: FUNCTION ingest_run_begin(paths text[])
 REVOKE ALL ON FUNCTION kb.ingest_run_begin(paths text[]) FROM PUBLIC;
@@ -451,6 +451,10 @@ GRANT ALL ON FUNCTION kb.near_lexemes(lexeme text) TO kb_reader;
 REVOKE ALL ON FUNCTION kb.neighbor_chunks(chunk_id bigint, before integer, after integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.neighbor_chunks(chunk_id bigint, before integer, after integer) TO kb_reader;
 
+-- acl: FUNCTION pseudo_queries(sample_size integer)
+REVOKE ALL ON FUNCTION kb.pseudo_queries(sample_size integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.pseudo_queries(sample_size integer) TO kb_reader;
+
 -- acl: FUNCTION query_terms(query_text text)
 REVOKE ALL ON FUNCTION kb.query_terms(query_text text) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.query_terms(query_text text) TO kb_reader;
@@ -475,6 +479,10 @@ GRANT ALL ON FUNCTION kb.schema_version() TO kb_writer;
 -- acl: FUNCTION show_document(document_id uuid)
 REVOKE ALL ON FUNCTION kb.show_document(document_id uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.show_document(document_id uuid) TO kb_reader;
+
+-- acl: FUNCTION similarity_profile()
+REVOKE ALL ON FUNCTION kb.similarity_profile() FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.similarity_profile() TO kb_reader;
 
 -- acl: FUNCTION squashed_lexeme_found(squashed text)
 REVOKE ALL ON FUNCTION kb.squashed_lexeme_found(squashed text) FROM PUBLIC;

@@ -1,7 +1,7 @@
 """fusion weighs the keyword leg by its evidence; abstention signals
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 """
 
 from alembic import op
@@ -9,7 +9,7 @@ from alembic import op
 from loader.migration_ops import apply_functions, revert_functions
 
 revision = "0010"
-down_revision = '0008'
+down_revision = '0009'
 branch_labels = None
 depends_on = None
 
@@ -243,6 +243,37 @@ BEGIN
 END
 $$;
 """,
+    'similarity_profile': r"""-- kb.similarity_profile() -> jsonb
+--
+-- The corpus's similarity profile for the active embedding model (kb.settings, key
+-- 'similarity_profile': the quantiles of the best similarity of random in-corpus pseudo-queries,
+-- see kb.pseudo_queries), NULL when none was measured or it was measured with another model.
+-- The abstention gate's relative_similarity signal reads it. Reads only (STABLE).
+CREATE OR REPLACE FUNCTION kb.similarity_profile()
+RETURNS jsonb
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.value
+      FROM kb.settings s, kb.active_model() m
+     WHERE s.key = 'similarity_profile' AND s.value ->> 'model' = m.name;
+$$;
+
+COMMENT ON FUNCTION kb.similarity_profile() IS
+'The similarity profile (pseudo-query quantiles) stored for the active model, NULL when none: the abstention gate''s scale for relative_similarity.';
+
+REVOKE ALL ON FUNCTION kb.similarity_profile() FROM PUBLIC;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
+        GRANT EXECUTE ON FUNCTION kb.similarity_profile() TO kb_reader;
+    END IF;
+END
+$$;
+""",
 }
 PREVIOUS: dict[str, str | None] = {
     'hybrid_search': r"""-- kb.hybrid_search(query_text text, query_embedding public.vector DEFAULT NULL, match_count integer DEFAULT 5,
@@ -397,6 +428,7 @@ END
 $$;
 """,
     'pseudo_queries': None,
+    'similarity_profile': None,
 }
 # <<< functions
 

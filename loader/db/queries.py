@@ -162,10 +162,7 @@ ABSTENTION_RULE = "SELECT kb.abstention_rule()"
 
 # --- the corpus's similarity profile (loader.answer.abstention.profile) ----------------------
 
-SIMILARITY_PROFILE = """
-SELECT s.value FROM kb.settings s, kb.active_model() m
- WHERE s.key = %s AND s.value ->> 'model' = m.name
-"""
+SIMILARITY_PROFILE = "SELECT kb.similarity_profile()"
 PROFILE_STATE = "SELECT (SELECT name FROM kb.active_model()), chunk_count FROM kb.corpus_stats"
 PSEUDO_QUERIES = "SELECT chunk_id, query FROM kb.pseudo_queries(%s)"
 BEST_SIMILARITY = "SELECT max(similarity) FROM kb.vector_search(%s, 1)"

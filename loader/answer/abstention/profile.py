@@ -36,7 +36,7 @@ Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
 
 def load_profile(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
     """The stored profile of the active model, or None."""
-    row = conn.execute(queries.SIMILARITY_PROFILE, (SETTINGS_KEY,)).fetchone()
+    row = conn.execute(queries.SIMILARITY_PROFILE).fetchone()
     return dict(row[0]) if row is not None and isinstance(row[0], dict) else None
 
 
