@@ -86,7 +86,11 @@ class Settings:
     """Files whose extracted text exceeds this (in millions of characters) are reported as failed
     (a small compressed PDF can hold a huge text)."""
     extract_timeout: float = 120.0
-    """Seconds the extraction of one file may take; a slower file is reported as failed."""
+    """Seconds the extraction of one file may take; a slower file is reported as failed (its
+    worker process is killed, so it stops using CPU and memory at once)."""
+    extract_memory_mb: float = 2000.0
+    """Address-space cap (MB) of the extraction worker process: a file whose parsing needs more
+    is reported as failed instead of growing the run without bound."""
     prune_max_fraction: float = 0.5
     """``ingest --prune`` refuses (without ``--force``) to delete more than this share of the
     documents under the given folders: an unmounted disk looks like deleted files."""
@@ -241,6 +245,11 @@ class Settings:
             problems.append(f"max_text_mb must be positive, got {self.max_text_mb}")
         if self.extract_timeout <= 0:
             problems.append(f"extract_timeout must be positive, got {self.extract_timeout}")
+        if self.extract_memory_mb < 200:
+            problems.append(
+                "extract_memory_mb must be at least 200 (the parsers need about 100 MB), "
+                f"got {self.extract_memory_mb}"
+            )
         if not 0 <= self.prune_max_fraction <= 1:
             problems.append(
                 f"prune_max_fraction must be between 0 and 1, got {self.prune_max_fraction}"
