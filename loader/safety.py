@@ -159,6 +159,13 @@ def echo(message: str = "", **kwargs: object) -> None:
     click.echo(printable(message), **kwargs)  # type: ignore[arg-type]
 
 
+def secho(message: str = "", **kwargs: object) -> None:
+    """``click.secho`` (styled) through the same filter as :func:`echo`."""
+    import click
+
+    click.secho(printable(message), **kwargs)  # type: ignore[arg-type]
+
+
 def call_with_timeout(fn: Callable[[], T], seconds: float) -> T:
     """``fn()``, or :class:`TimeoutError` when it runs longer than ``seconds``.
 
