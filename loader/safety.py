@@ -38,7 +38,9 @@ _URL_QUERY = re.compile(r"(?P<head>[?&;]" + _SECRET_KEYS + r"=)(?P<secret>[^&#\s
 # password=secret, password = 'se cret', password="x"
 _DSN_KEYWORD = re.compile(
     r"(?P<head>(?<![\w?&;-])" + _SECRET_KEYS + r"\s*=\s*)"
-    r"(?P<secret>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s'\"]+)",
+    # a quoted value, closed or not (libpq refuses an unclosed quote, and its message and ours
+    # quote the string: everything after the opening quote is taken as the secret)
+    r"(?P<secret>'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|[^\s'\"]+)",
     re.I,
 )
 
