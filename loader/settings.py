@@ -12,6 +12,7 @@ field names below, at the top level (``chunk_tokens = 200``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import tomllib
@@ -38,6 +39,10 @@ def _user_config_file() -> Path:
     import platformdirs
 
     return platformdirs.user_config_path("pgkb") / CONFIG_FILE_NAME
+
+
+PG_INT_MAX = 2_147_483_647
+"""The largest PostgreSQL ``integer``: integer settings reach SQL functions as that type."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,12 +183,29 @@ class Settings:
         """A copy with ``changes`` applied (``None`` values are ignored)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
+    def _number_problems(self) -> list[str]:
+        """Every number must be finite (NaN passes every ``< 0`` test and makes every score NaN)
+        and every integer must fit a PostgreSQL ``integer``, which the database is given."""
+        problems = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                problems.append(f"{field.name} must be a finite number, got {value}")
+            elif isinstance(value, int) and not -PG_INT_MAX - 1 <= value <= PG_INT_MAX:
+                problems.append(
+                    f"{field.name} must be at most {PG_INT_MAX:,} in size (a PostgreSQL "
+                    f"integer), got {value}"
+                )
+        return problems
+
     @property
     def pgdata(self) -> Path:
         return self.data_dir / "pgdata"
 
     def validate(self) -> Settings:
-        problems = []
+        problems = self._number_problems()
         if self.embedding_dims < 1:
             problems.append(f"embedding_dims must be positive, got {self.embedding_dims}")
         if self.chunk_tokens < 16:

@@ -69,9 +69,7 @@ SQL_CALLS = [
 
 @pytest.mark.parametrize("query", SQL_CALLS)
 def test_sql_refuses_non_finite_weights(conn: psycopg.Connection[Any], query: str) -> None:
-    conn.execute(
-        "INSERT INTO kb.documents (source_uri, title, content_sha) VALUES ('a', 'A', 'x')"
-    )
+    conn.execute("INSERT INTO kb.documents (source_uri, title, content_sha) VALUES ('a', 'A', 'x')")
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="finite"):
         conn.execute(query)
     conn.rollback()
