@@ -58,7 +58,9 @@ def test_reindexing_a_document_clears_model_edges_into_it(
     assert ("Alpha Page", "Beta Page", "llm", "newer") in _edges(conn)
 
     # Beta is re-indexed; no model proposes the edge any more: it goes, Alpha's links stay
-    (root / "b.html").write_text(page("Beta Page", "<p>Beta, rewritten, on its own.</p>"))
+    (root / "b.html").write_text(
+        page("Beta Page", '<p>Beta, rewritten, back to <a href="a.html">alpha</a>.</p>')
+    )
     fake_openai.script("/v1/chat/completions", model)  # one reply per scripted entry
     assert ingest_paths(chat, [root]).changed == 1
     edges = _edges(conn)
