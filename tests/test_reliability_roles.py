@@ -3,8 +3,8 @@
 the test server (PostgreSQL 18), what a reader can undo and what holds:
 
 - undone by the reader: the ``statement_timeout`` set by ``pgkb db grant`` (session ``SET``,
-  and ``ALTER ROLE ... IN DATABASE ... SET`` on itself); ``transaction_timeout`` (PostgreSQL
-  17+) is an ordinary setting too;
+  and ``ALTER ROLE ... IN DATABASE ... SET`` on itself), and one set by a login event trigger
+  (PostgreSQL 17+); ``transaction_timeout`` (PostgreSQL 17+) is an ordinary setting too;
 - holds: the clamps inside the kb functions (bounded work per call, whatever the arguments), and
   an administrator's watchdog, ``kb.cancel_overdue_queries``, which cancels kb_reader members'
   statements running longer than a limit (the reader can neither call it nor stop it).
@@ -45,6 +45,23 @@ def test_the_role_timeouts_are_advisory(
         )
     with _login(db_url, login_role) as reader:
         assert reader.execute("SHOW statement_timeout").fetchone() == ("0",)
+    # a login event trigger (PostgreSQL 17+) sets the timeout at every login: SET undoes it too
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(
+            "CREATE FUNCTION public.pin_timeout() RETURNS event_trigger LANGUAGE plpgsql AS"
+            " $$BEGIN PERFORM set_config('statement_timeout', '1s', false); END$$"
+        )
+        admin.execute(
+            "CREATE EVENT TRIGGER pin_timeout ON login EXECUTE FUNCTION public.pin_timeout()"
+        )
+    try:
+        with _login(db_url, login_role) as reader:
+            assert reader.execute("SHOW statement_timeout").fetchone() == ("1s",)
+            reader.execute("SET statement_timeout = 0")
+            reader.execute("SELECT pg_sleep(1.5)")
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as admin:
+            admin.execute("DROP EVENT TRIGGER pin_timeout")
 
 
 def _wait_for(predicate: Any, what: str, seconds: float = 60.0) -> None:
@@ -91,9 +108,9 @@ def test_the_watchdog_cancels_a_reader_that_lifted_its_timeout(
 
             _wait_for(running_over_a_second, "the reader's query to run for 1 s")
             # a limit above its runtime leaves it alone; the admin's own statements are spared
-            assert admin.execute(
-                "SELECT * FROM kb.cancel_overdue_queries('1 hour')"
-            ).fetchall() == []
+            assert (
+                admin.execute("SELECT * FROM kb.cancel_overdue_queries('1 hour')").fetchall() == []
+            )
             rows = admin.execute(
                 "SELECT pid, role, canceled FROM kb.cancel_overdue_queries('1 second')"
             ).fetchall()
