@@ -12,7 +12,6 @@ Defect 3: huge arguments give results, never "integer out of range" or unbounded
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import psycopg
@@ -229,19 +228,20 @@ def test_merge_neighbors_work_is_bounded_on_a_long_document(conn: psycopg.Connec
         "SELECT id FROM kb.chunks WHERE document_id = %s AND chunk_index = 1500", (doc,)
     ).fetchone()[0]
     conn.commit()
-    started = time.monotonic()
+    # no speed assertion (speed belongs in benchmarks): the clamp is checked by the range merged
+    # below; a generous server-side limit only keeps a regression to the old quadratic merge
+    # (still busy after 5 minutes) from hanging the suite
+    conn.execute("SET statement_timeout = '10min'")
     got = rows(
         conn,
         "SELECT chunk_start, chunk_end FROM kb.merge_neighbors(%s, %s, %s)",
         (middle, HUGE, HUGE),
     )
-    elapsed = time.monotonic() - started
     maximum = conn.execute(
         "SELECT count(*) FROM kb.neighbor_chunks(%s, %s, %s)", (middle, HUGE, HUGE)
     ).fetchone()[0]
     assert maximum <= 2 * 50 + 1
     assert got == [{"chunk_start": 1500 - 50, "chunk_end": 1500 + 50}]
-    assert elapsed < 60  # not a timing test: a guard against the quadratic merge hanging CI
 
 
 def test_maxima_are_stated_in_the_comments(conn: psycopg.Connection[Any]) -> None:
