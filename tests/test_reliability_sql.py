@@ -309,3 +309,59 @@ def test_kb_reader_cannot_write_maintain_or_escalate(
     assert got == []
     conn.execute("RESET ROLE")
     assert conn.execute("SELECT count(*) FROM kb.chunks").fetchone() == (len(golden.ids),)
+
+
+# --- second review: the argument caps, observed (not read from the comments) --------------------
+
+
+def _many_chunks(conn: psycopg.Connection[Any], count: int) -> None:
+    """One document of ``count`` chunks all holding the word 'common', and one chunk holding
+    'rare' too."""
+    doc = conn.execute(
+        "INSERT INTO kb.documents (source_uri, title, content_sha) VALUES ('many', 'Many', 'x')"
+        " RETURNING id"
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha,"
+        " token_count) SELECT %s, i, '', CASE WHEN i = 7 THEN 'common rare' ELSE 'common' END,"
+        " 'x', 1 FROM generate_series(0, %s - 1) i",
+        (doc, count),
+    )
+    conn.commit()
+
+
+def test_result_caps_hold_on_a_corpus_larger_than_them(conn: psycopg.Connection[Any]) -> None:
+    """1,100 matching chunks: asking for 5,000 (or 2^31-1) returns 1,000, the documented cap."""
+    _many_chunks(conn, 1100)
+    conn.execute("SET ROLE kb_reader")
+    for query, params in (
+        ("SELECT count(*) FROM kb.keyword_search('common', %s)", (5000,)),
+        ("SELECT count(*) FROM kb.keyword_search('common', %s)", (HUGE,)),
+        (
+            "SELECT count(*) FROM kb.hybrid_search('common', NULL, match_count => %s,"
+            " keyword_candidates => %s)",
+            (HUGE, HUGE),
+        ),
+    ):
+        assert conn.execute(query, params).fetchone() == (1000,), query
+    # below the cap, what was asked for
+    assert conn.execute("SELECT count(*) FROM kb.keyword_search('common', 999)").fetchone() == (
+        999,
+    )
+    conn.rollback()
+
+
+def test_the_postings_cap_holds_above_100000(conn: psycopg.Connection[Any]) -> None:
+    """100,010 chunks hold 'common': over the 100,000-postings cap, so for 'common rare' the
+    common word stops generating candidates, even when the caller asks for 2^31-1 postings
+    (without the cap every chunk would be a candidate and 1,000 rows come back)."""
+    _many_chunks(conn, 100_010)
+    conn.execute("SET ROLE kb_reader")
+    for max_postings in (HUGE, None, 100_000):
+        got = rows(
+            conn,
+            "SELECT content FROM kb.keyword_search('common rare', 1000, max_postings => %s)",
+            (max_postings,),
+        )
+        assert [r["content"] for r in got] == ["common rare"], (max_postings, len(got))
+    conn.rollback()
