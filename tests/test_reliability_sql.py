@@ -365,3 +365,48 @@ def test_the_postings_cap_holds_above_100000(conn: psycopg.Connection[Any]) -> N
         )
         assert [r["content"] for r in got] == ["common rare"], (max_postings, len(got))
     conn.rollback()
+
+
+def _dense_graph(conn: psycopg.Connection[Any], documents: int, degree: int) -> str:
+    """``documents`` documents, each linking to ``degree`` others picked by a hash (a random-like
+    graph: thousands of documents within 3 hops of any start); the start's id."""
+    conn.execute(
+        "INSERT INTO kb.documents (source_uri, title, content_sha)"
+        " SELECT 'g' || i, 'Doc ' || lpad(i::text, 5, '0'), 'x' FROM generate_series(0, %s - 1) i",
+        (documents,),
+    )
+    conn.execute(
+        "INSERT INTO kb.document_relations (source_id, target_id, relation_type)"
+        " SELECT s.id, t.id, 'references'"
+        "   FROM kb.documents s, generate_series(1, %s) k, kb.documents t"
+        "  WHERE s.source_uri LIKE 'g%%'"
+        "    AND t.source_uri = 'g' || (abs(hashtext(s.source_uri || '/' || k)) %% %s)"
+        "    AND t.id <> s.id ON CONFLICT DO NOTHING",
+        (degree, documents),
+    )
+    start = conn.execute("SELECT id FROM kb.documents WHERE source_uri = 'g0'").fetchone()[0]
+    conn.commit()
+    return str(start)
+
+
+def test_explore_graph_is_bounded_on_a_dense_graph(conn: psycopg.Connection[Any]) -> None:
+    """3,000 documents with 20 edges each: depth 3 reaches thousands of documents, max_results
+    returns the nearest ones (by distance, then title), and asking beyond the cap raises."""
+    start = _dense_graph(conn, 3000, 20)
+    conn.execute("SET ROLE kb_reader")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="max_results"):
+        conn.execute(
+            "SELECT * FROM kb.explore_graph(%s, max_depth => 3, max_results => 501)", (start,)
+        )
+    conn.rollback()
+    conn.execute("SET ROLE kb_reader")
+    got = rows(
+        conn,
+        "SELECT distance FROM kb.explore_graph(%s, max_depth => 3, max_results => 500)",
+        (start,),
+    )
+    # the start, its neighbours, then the nearest at distance 2 (never a farther one first)
+    assert len(got) == 500
+    distances = [r["distance"] for r in got]
+    assert distances == sorted(distances) and distances[0] == 0 and distances[-1] == 2
+    conn.rollback()
