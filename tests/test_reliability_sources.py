@@ -208,3 +208,34 @@ def test_files_truncated_or_growing_while_read_are_reported_and_kept(
             read_file(path, 1_000_000)
         monkeypatch.setattr(os, "fdopen", real_fdopen)
     assert stat.S_ISREG(os.stat(path).st_mode)
+
+
+@pytest.mark.slow  # 72 s on the loaded 2-core test machine
+def test_five_thousand_tiny_files_in_one_run(
+    db_url: str, tmp_path: Path, fake_openai: FakeOpenAI, conn: psycopg.Connection[Any]
+) -> None:
+    """5,000 tiny files: every one stored, a progress event per file, and the process's memory
+    growth bounded (the run keeps no per-file state beyond its report)."""
+    import resource
+
+    root = tmp_path / "docs"
+    for i in range(5000):
+        sub = root / f"d{i // 500:02}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"f{i:04}.md").write_text(f"# Tiny {i}\n\nword{i} about vacuum.\n")
+    events: dict[str, int] = {}
+
+    def progress(event: str, info: dict[str, Any]) -> None:
+        events[event] = events.get(event, 0) + 1
+
+    settings = ingest_settings(db_url, tmp_path, fake_openai, embedding_batch_size=256)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    report = ingest_paths(settings, [root], progress=progress)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    assert report.exit_code == 0, report.failed[:3]
+    assert report.new == 5000
+    assert events["scanned"] == 1 and events["file"] == 5000
+    assert grown_mb < 300, grown_mb
+    row = conn.execute("SELECT count(*) FROM kb.documents").fetchone()
+    assert row == (5000,)
+    conn.rollback()
