@@ -378,6 +378,9 @@ GRANT ALL ON FUNCTION kb.active_model() TO kb_writer;
 REVOKE ALL ON FUNCTION kb.build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer) TO kb_writer;
 
+-- acl: FUNCTION cancel_overdue_queries(max_runtime interval, member_of name)
+REVOKE ALL ON FUNCTION kb.cancel_overdue_queries(max_runtime interval, member_of name) FROM PUBLIC;
+
 -- acl: FUNCTION chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint)
 REVOKE ALL ON FUNCTION kb.chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint) TO kb_writer;
