@@ -384,6 +384,9 @@ GRANT ALL ON FUNCTION kb.active_model() TO kb_reader;
 REVOKE ALL ON FUNCTION kb.build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer) TO kb_writer;
 
+-- acl: FUNCTION cancel_overdue_queries(max_runtime interval, member_of name)
+REVOKE ALL ON FUNCTION kb.cancel_overdue_queries(max_runtime interval, member_of name) FROM PUBLIC;
+
 -- acl: FUNCTION chunk_details(chunk_ids bigint[])
 REVOKE ALL ON FUNCTION kb.chunk_details(chunk_ids bigint[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.chunk_details(chunk_ids bigint[]) TO kb_reader;

@@ -8,7 +8,10 @@
 - :func:`api_key_for` decides whether the ``OPENAI_API_KEY`` environment variable may go to an
   endpoint: only to OpenAI's own API, never to a custom ``base_url`` it was not configured for.
 - :func:`printable` strips terminal control sequences (ANSI escapes, C0/C1 controls other than
-  newline and tab) from text that came from a document or a model before it reaches a terminal.
+  newline and tab) and bidirectional overrides from text that came from a document, a file name
+  or a model before it reaches a terminal; :func:`one_line` also shows newlines inside a value
+  as ``\\n``; :func:`echo` is the one way every command prints human output;
+  :func:`json_text` is the one way it prints JSON (C1 controls and bidi overrides escaped).
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ _URL_QUERY = re.compile(r"(?P<head>[?&;]" + _SECRET_KEYS + r"=)(?P<secret>[^&#\s
 # password=secret, password = 'se cret', password="x"
 _DSN_KEYWORD = re.compile(
     r"(?P<head>(?<![\w?&;-])" + _SECRET_KEYS + r"\s*=\s*)"
-    r"(?P<secret>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s'\"]+)",
+    # a quoted value, closed or not (libpq refuses an unclosed quote, and its message and ours
+    # quote the string: everything after the opening quote is taken as the secret)
+    r"(?P<secret>'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|[^\s'\"]+)",
     re.I,
 )
 
@@ -82,12 +87,44 @@ _ANSI = re.compile(
     r"|\x1b[@-Z\\-_]"
     r"|\x9b[0-?]*[ -/]*[@-~]"
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+    r"|[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 )
+# bidirectional embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069) and the
+# invisible direction marks make a terminal show text in another order than it is ("Trojan
+# Source"): a file name can pose as another
 
 
 def printable(text: str) -> str:
-    """``text`` without terminal control sequences: safe to print on a terminal."""
+    """``text`` without terminal control sequences or bidirectional overrides: safe to print on
+    a terminal (newlines and tabs kept)."""
     return _ANSI.sub("", text)
+
+
+_LINE_BREAKS = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def one_line(value: object) -> str:
+    """``value`` as printable text that stays on its line: newlines, carriage returns and tabs
+    inside it (a file name may hold them) are shown as ``\\n``, ``\\r``, ``\\t``."""
+    text = str(value)
+    for char, shown in _LINE_BREAKS.items():
+        text = text.replace(char, shown)
+    return printable(text)
+
+
+_JSON_UNSAFE = re.compile(
+    "[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
+
+
+def json_text(data: Any) -> str:
+    """``data`` as indented JSON for a terminal or a pipe: non-ASCII text stays readable, but
+    DEL, C1 controls, bidirectional overrides and line separators are written as ``\\uXXXX``
+    escapes (C0 controls already are), so the JSON means the same and prints safely."""
+    import json
+
+    text = json.dumps(data, indent=2, default=str, ensure_ascii=False)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 MAX_INT_DIGITS = 18
@@ -122,6 +159,13 @@ def echo(message: str = "", **kwargs: object) -> None:
     import click
 
     click.echo(printable(message), **kwargs)  # type: ignore[arg-type]
+
+
+def secho(message: str = "", **kwargs: object) -> None:
+    """``click.secho`` (styled) through the same filter as :func:`echo`."""
+    import click
+
+    click.secho(printable(message), **kwargs)  # type: ignore[arg-type]
 
 
 def call_with_timeout(fn: Callable[[], T], seconds: float) -> T:

@@ -12,6 +12,7 @@ field names below, at the top level (``chunk_tokens = 200``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import tomllib
@@ -40,6 +41,10 @@ def _user_config_file() -> Path:
     import platformdirs
 
     return platformdirs.user_config_path("pgkb") / CONFIG_FILE_NAME
+
+
+PG_INT_MAX = 2_147_483_647
+"""The largest PostgreSQL ``integer``: integer settings reach SQL functions as that type."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +110,11 @@ class Settings:
     """Files whose extracted text exceeds this (in millions of characters) are reported as failed
     (a small compressed PDF can hold a huge text)."""
     extract_timeout: float = 120.0
-    """Seconds the extraction of one file may take; a slower file is reported as failed."""
+    """Seconds the extraction of one file may take; a slower file is reported as failed (its
+    worker process is killed, so it stops using CPU and memory at once)."""
+    extract_memory_mb: float = 2000.0
+    """Address-space cap (MB) of the extraction worker process: a file whose parsing needs more
+    is reported as failed instead of growing the run without bound."""
     prune_max_fraction: float = 0.5
     """``ingest --prune`` refuses (without ``--force``) to delete more than this share of the
     documents under the given folders: an unmounted disk looks like deleted files."""
@@ -219,12 +228,29 @@ class Settings:
         """A copy with ``changes`` applied (``None`` values are ignored)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
+    def _number_problems(self) -> list[str]:
+        """Every number must be finite (NaN passes every ``< 0`` test and makes every score NaN)
+        and every integer must fit a PostgreSQL ``integer``, which the database is given."""
+        problems = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                problems.append(f"{field.name} must be a finite number, got {value}")
+            elif isinstance(value, int) and not -PG_INT_MAX - 1 <= value <= PG_INT_MAX:
+                problems.append(
+                    f"{field.name} must be at most {PG_INT_MAX:,} in size (a PostgreSQL "
+                    f"integer), got {value}"
+                )
+        return problems
+
     @property
     def pgdata(self) -> Path:
         return self.data_dir / "pgdata"
 
     def validate(self) -> Settings:
-        problems = []
+        problems = self._number_problems()
         if self.embedding_dims < 1:
             problems.append(f"embedding_dims must be positive, got {self.embedding_dims}")
         if self.chunk_tokens is not None and self.chunk_tokens < 16:
@@ -313,6 +339,11 @@ class Settings:
             problems.append(f"max_text_mb must be positive, got {self.max_text_mb}")
         if self.extract_timeout <= 0:
             problems.append(f"extract_timeout must be positive, got {self.extract_timeout}")
+        if self.extract_memory_mb < 200:
+            problems.append(
+                "extract_memory_mb must be at least 200 (the parsers need about 100 MB), "
+                f"got {self.extract_memory_mb}"
+            )
         if not 0 <= self.prune_max_fraction <= 1:
             problems.append(
                 f"prune_max_fraction must be between 0 and 1, got {self.prune_max_fraction}"

@@ -21,7 +21,8 @@
 -- to the other documents returned ({target_id, relation_type, origin}, in target order): the
 -- catalogue with the edges among its documents. Rows are ordered by distance, title,
 -- document_id and limited to max_results (1..500). Cycles never loop (each document is visited
--- once). Raises invalid_parameter_value for max_depth NULL or outside 1..3, max_results outside
+-- once). The walk stops at the hop where max_results documents are reached (farther ones could
+-- not be returned), so a dense graph is not collected whole. Raises invalid_parameter_value for max_depth NULL or outside 1..3, max_results outside
 -- 1..500, an unknown or empty list of relation types, both start_document and query_text, or a
 -- bad filters object. An unknown or filtered-out start document returns no rows. Reads only
 -- (STABLE, no temporary tables), so it runs on hot standbys.
@@ -115,6 +116,10 @@ BEGIN
         frontier_ids := seen_ids;
         frontier_paths := seen_paths;
         FOR hop IN 1..max_depth LOOP
+            -- the result keeps the max_results nearest documents (by distance first): once that
+            -- many are reached, a farther hop cannot add one, so the walk stops there instead of
+            -- collecting the whole component
+            EXIT WHEN pg_catalog.cardinality(seen_ids) >= max_results;
             SELECT pg_catalog.array_agg(s.neighbor ORDER BY s.neighbor),
                    pg_catalog.array_agg(s.path ORDER BY s.neighbor)
               INTO next_ids, next_paths

@@ -29,7 +29,8 @@
 -- broken by the better (smaller) of the two ranks, then by the smaller chunk_id: deterministic.
 -- max_per_document keeps at most that many chunks of one document (its best ones), so several
 -- chunks of one long page cannot crowd the other pages out of the match_count rows; NULL (the
--- default) keeps every chunk; values below 1 raise. ef_search is passed to kb.vector_search
+-- default) keeps every chunk; values below 1 raise. A weight that is negative, NULL, NaN or
+-- infinite raises (invalid_parameter_value). ef_search is passed to kb.vector_search
 -- (HNSW candidate list size; NULL: its default).
 -- Each row carries both retrievers' ranks and raw scores (vector_similarity = cosine similarity,
 -- keyword_score = BM25 or ts_rank, see keyword_ranking), NULL where a chunk was not in that list,
@@ -87,9 +88,13 @@ BEGIN
         RAISE EXCEPTION 'rrf_k must be >= 0, got %', coalesce(rrf_k::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF vector_weight IS NULL OR vector_weight < 0 OR keyword_weight IS NULL OR keyword_weight < 0
-            OR exact_keyword_weight IS NULL OR exact_keyword_weight < 0 THEN
-        RAISE EXCEPTION 'weights must be >= 0, got vector_weight=%, keyword_weight=%, exact_keyword_weight=%',
+    -- finite and >= 0: NaN sorts above every number in PostgreSQL, so "NaN < 0" is false and a
+    -- NaN weight would make every score NaN (the order arbitrary); NULL fails the test too
+    IF NOT (vector_weight >= 0 AND vector_weight < 'Infinity'::double precision
+            AND keyword_weight >= 0 AND keyword_weight < 'Infinity'::double precision
+            AND exact_keyword_weight >= 0
+            AND exact_keyword_weight < 'Infinity'::double precision) IS TRUE THEN
+        RAISE EXCEPTION 'weights must be finite and >= 0, got vector_weight=%, keyword_weight=%, exact_keyword_weight=%',
             vector_weight, keyword_weight, exact_keyword_weight
             USING ERRCODE = 'invalid_parameter_value';
     END IF;

@@ -25,6 +25,8 @@
 --          avgdl = kb.corpus_stats.total_lexemes / N (the average of length(tsv));
 --      keyword_ranking 'ts_rank': PostgreSQL's ts_rank(tsv, OR-query) (no IDF, no length norm);
 --   4. ties by chunk_id.
+-- k1 < 0, b outside [0, 1], heading_weight < 0, or any of them NULL, NaN or infinite raise
+-- (invalid_parameter_value).
 -- Work bound: every candidate's tsv is read, so when the query's lexemes together occur in more
 -- than max_postings chunks (sum of their df), the most common lexemes (highest df first) stop
 -- generating candidates until the rest fit; they still count in every candidate's score, and
@@ -77,11 +79,13 @@ BEGIN
             coalesce(quote_literal(keyword_ranking), 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF bm25_k1 IS NULL OR bm25_k1 < 0 OR bm25_b IS NULL OR bm25_b < 0 OR bm25_b > 1
-       OR heading_weight IS NULL OR heading_weight < 0 THEN
-        RAISE EXCEPTION 'invalid BM25 parameters k1=%, b=%, heading_weight=%', bm25_k1, bm25_b, heading_weight
+    -- finite: NaN sorts above every number in PostgreSQL, so "NaN < 0" is false; NULL fails too
+    IF NOT (bm25_k1 >= 0 AND bm25_k1 < 'Infinity'::double precision
+            AND bm25_b >= 0 AND bm25_b <= 1
+            AND heading_weight >= 0 AND heading_weight < 'Infinity'::double precision) IS TRUE THEN
+        RAISE EXCEPTION 'invalid BM25 parameters k1=%, b=%, heading_weight=% (each must be finite)', bm25_k1, bm25_b, heading_weight
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'k1 >= 0, 0 <= b <= 1, heading_weight >= 0';
+                  HINT = 'k1 >= 0, 0 <= b <= 1, heading_weight >= 0, all finite';
     END IF;
     f := kb.search_filters(filters);
     IF match_count IS NULL OR match_count < 1 THEN

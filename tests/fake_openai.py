@@ -43,6 +43,9 @@ class Reply:
     """Seconds between pieces: streamed chunks, or the bytes of a plain body (a slow server)."""
     drop_after: int | None = None
     """Streaming: close the connection after this many content chunks, without finishing."""
+    hold: threading.Event | None = None
+    """Answer only once this is set (at most ``delay`` seconds, 60 if no delay): a server that
+    is late for as long as the test wants, without racing the machine's load."""
 
 
 @dataclasses.dataclass
@@ -195,7 +198,9 @@ class FakeOpenAI:
                 with fake._lock:
                     fake.requests.append(request)
                 reply = fake._next(request)
-                if reply.delay:
+                if reply.hold is not None:
+                    reply.hold.wait(reply.delay or 60)
+                elif reply.delay:
                     time.sleep(reply.delay)
                 try:
                     if (

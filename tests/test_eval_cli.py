@@ -178,3 +178,36 @@ def test_calibrate_without_unanswerable_questions_says_so(
     )
     assert result.exit_code == 2
     assert "calibration needs both" in result.stderr
+
+
+@pytest.mark.model
+def test_the_eval_gate_end_to_end_through_the_cli(
+    tiny: tuple[Path, Path], cli_env: dict[str, str], embedder: Any, tmp_path: Path
+) -> None:
+    """`pgkb eval --record-baseline`, then a run where a question's page is gone: `--check-
+    baseline` exits 1 naming it, and `--record-baseline` refuses to lower the baseline unless
+    given a reason."""
+    corpus, questions = tiny
+    baseline = tmp_path / "baseline.json"
+    args = ["eval", "--questions", str(questions), "--corpus", str(corpus)]
+    gate = ["--baseline", str(baseline)]
+    recorded = _run([*args, "--record-baseline", *gate], cli_env)
+    assert recorded.exit_code == 0, recorded.output
+    before = baseline.read_text()
+    passed = _run([*args, "--check-baseline", *gate], cli_env)
+    assert passed.exit_code == 0, passed.output
+
+    # the page that answers e1 (FORCE_QUOTE) loses that text: a lower run
+    (corpus / "copy.md").write_text("# Copy\n\nThis page now talks about something else.\n")
+    lower = _run([*args, "--check-baseline", *gate], cli_env)
+    assert lower.exit_code == 1, lower.output
+    assert "e1" in lower.output
+    refused = _run([*args, "--record-baseline", *gate], cli_env)
+    assert refused.exit_code == 1, refused.output
+    assert "--accept-lower" in refused.output
+    assert baseline.read_text() == before  # not lowered
+    accepted = _run(
+        [*args, "--record-baseline", *gate, "--accept-lower", "page rewritten"], cli_env
+    )
+    assert accepted.exit_code == 0, accepted.output
+    assert "page rewritten" in baseline.read_text()

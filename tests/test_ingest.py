@@ -440,16 +440,23 @@ def test_a_second_run_waits_or_refuses(
         assert result.exit_code == 2
         assert "another pgkb ingest is running on this database (backend pid" in result.output
 
-        released = threading.Event()
+        # events, not a sleep: the lock is released only once the run says it is waiting
+        waiting, released = threading.Event(), threading.Event()
+
+        def progress(event: str, info: dict[str, Any]) -> None:
+            if event == "waiting":
+                waiting.set()
 
         def release() -> None:
-            time.sleep(1.0)
+            waiting.wait(60)
             holder.execute("SELECT pg_advisory_unlock(%s)", (INGEST_LOCK_KEY,))
             released.set()
 
-        threading.Thread(target=release).start()
-        report = ingest_paths(settings, [root], wait=True)
-        assert released.is_set()  # it waited for the other run
+        releaser = threading.Thread(target=release)
+        releaser.start()
+        report = ingest_paths(settings, [root], wait=True, progress=progress)
+        releaser.join()
+        assert waiting.is_set()  # it reported the other run and waited for it
         assert report.new == 5
     finally:
         holder.close()

@@ -87,7 +87,16 @@ def test_migrations_embed_the_current_function_files() -> None:
 
 def test_landed_migrations_never_change() -> None:
     versions = resources.alembic_dir() / "versions"
+    assert (versions / "frozen.txt").exists(), "alembic/versions/frozen.txt is missing"
     frozen = snapshot.frozen_hashes(versions)
+    # a missing or emptied list would make the loop below check nothing: every migration up to
+    # the newest landed one must be listed (only the newest, unlanded ones may be absent)
+    assert "0001_initial_schema.py" in frozen, "frozen.txt lists no landed migration"
+    newest = max(frozen)
+    for path in sorted(versions.glob("[0-9][0-9][0-9][0-9]_*.py")):
+        assert path.name > newest or path.name in frozen, (
+            f"{path.name} is older than the newest landed migration but not in frozen.txt"
+        )
     for name, digest in frozen.items():
         path = versions / name
         assert path.exists(), f"landed migration {name} was removed"

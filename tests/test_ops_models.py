@@ -340,3 +340,59 @@ def test_an_api_model_with_prompts_and_dimensions_end_to_end(
     finally:
         conn.close()
     assert "PGKB_EMBEDDING_QUERY_PROMPT='search: ' (registered: 'query: ')" in info.value.message
+
+
+def test_activate_and_reembed_under_a_stream_of_searches(
+    kb: tuple[Settings, dict[str, str]], fake_openai: FakeOpenAI
+) -> None:
+    """Three threads search without pause while a second model is re-embedded and activated,
+    and activation is rolled back and forth: no search errs, and each returns the results of
+    the model its query was embedded with (never one model's query against the other's
+    vectors, which would change the scores)."""
+    import threading
+
+    from tests.fake_openai import Request, fake_vector
+
+    settings, env = kb
+
+    def by_model(request: Request) -> Reply:
+        """The second model's vectors differ from the first's (a mix would change scores)."""
+        prefix = "" if request.body["model"] == "fake-embed" else "model 2: "
+        data = [
+            {"object": "embedding", "index": n, "embedding": fake_vector(prefix + t, 8)}
+            for n, t in enumerate(request.body["input"])
+        ]
+        return Reply({"object": "list", "data": data, "model": request.body["model"]})
+
+    fake_openai.script("/v1/embeddings", *[by_model] * 20_000)
+    assert _add(env, fake_openai, "fake-embed-2", 8).exit_code == 0
+    baseline = _top(settings, "vacuum dead tuples")
+    stop = threading.Event()
+    errors: list[str] = []
+    results: list[list[tuple[int, float]]] = []
+
+    def searcher() -> None:
+        while not stop.is_set():
+            try:
+                results.append(_top(settings, "vacuum dead tuples"))
+            except Exception as exc:  # reported below
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=searcher) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        reembed(settings, "fake-embed-2", batch_size=2)
+        for model in ("fake-embed-2", "fake-embed", "fake-embed-2", "fake-embed"):
+            assert run(["models", "activate", model], env).exit_code == 0
+            seen = len(results)
+            # wait (by events, not time) until searches ran under this activation
+            while len(results) < seen + 3 and not errors:
+                stop.wait(0.01)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    assert not errors, errors[:3]
+    assert len(results) >= 12
+    assert all(result == baseline for result in results)

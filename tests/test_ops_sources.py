@@ -47,19 +47,31 @@ def test_the_same_folder_mounted_elsewhere_is_the_same_documents(
     assert (data["new"], data["changed"], data["unchanged"], data["pruned"]) == (0, 0, 5, 0)
     assert _uris(conn) == uris
 
-    # prune respects the root: a file gone from the new mount goes, the rest stays
+    # prune respects the scheme, both ways: a run without the root (absolute source_uri) never
+    # prunes the root-relative documents, and a run with the root never prunes absolute ones,
+    # even when their files are gone (each run has a candidate of the other scheme to prune)
+    guides = second / "guides"
+    absolute = run(["ingest", str(guides), "--json"], env)
+    assert json.loads(absolute.stdout)["new"] == 2  # the same files, under absolute paths
+    (guides / "wal.md").unlink()
     (second / "notes.txt").unlink()
-    absolute = run(["ingest", str(second / "guides"), "--prune", "--json"], env)
-    assert json.loads(absolute.stdout)["pruned"] == 0  # without the root: not its documents
+    absolute = run(["ingest", str(guides), "--prune", "--json"], env)
+    assert json.loads(absolute.stdout)["pruned"] == 1, absolute.output  # its own wal.md only
+    assert "guides/wal.md" in _uris(conn)  # root-relative, file gone: not this run's
+    assert str(guides / "wal.md") not in _uris(conn)
+    (guides / "vacuum.md").unlink()
+    pruned = run(
+        ["ingest", str(second), "--root", str(second), "--prune", "--force", "--json"], env
+    )
+    assert json.loads(pruned.stdout)["pruned"] == 3, pruned.output
+    assert str(guides / "vacuum.md") in _uris(conn)  # absolute, file gone: not this run's
     conn.execute("DELETE FROM kb.documents WHERE source_uri LIKE '/%%'")
     conn.commit()
-    pruned = run(["ingest", str(second), "--root", str(second), "--prune", "--json"], env)
-    assert json.loads(pruned.stdout)["pruned"] == 1
-    assert _uris(conn) == [u for u in uris if u != "notes.txt"]
+    assert _uris(conn) == ["guide.pdf", "page.html"]
 
     # the setting does the same as the option; remove takes a path under the root
     env_root = {**env, "PGKB_SOURCE_ROOT": str(second)}
-    assert json.loads(run(["ingest", str(second), "--json"], env_root).stdout)["unchanged"] == 4
+    assert json.loads(run(["ingest", str(second), "--json"], env_root).stdout)["unchanged"] == 2
     removed = run(["remove", str(second / "page.html")], env_root)
     assert removed.exit_code == 0, removed.output
     assert "page.html" not in _uris(conn)

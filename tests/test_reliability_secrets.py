@@ -132,3 +132,27 @@ def test_a_config_file_in_the_working_directory_that_changes_a_url_is_named(
     (tmp_path / "pgkb.toml").write_text("chunk_tokens = 100\n")
     load_settings(env={})
     assert capsys.readouterr().err == ""  # no URL changed: nothing to say
+
+
+# --- second review: URLs libpq does not parse, and an unclosed quote ----------------------------
+
+UNPARSED = [
+    f"postgresql+psycopg://kb:{SECRET}@127.0.0.1:1/kb",  # the SQLAlchemy form pgkb builds
+    f"POSTGRESQL://kb:{SECRET}@127.0.0.1:1/kb",  # a scheme in capitals
+    f"host=127.0.0.1 port=1 dbname=kb password='{SECRET}",  # an unclosed quote
+    f'host=127.0.0.1 port=1 password="{SECRET} dbname=kb',
+]
+
+
+@pytest.mark.parametrize("url", UNPARSED)
+def test_urls_libpq_cannot_parse_never_print_a_password(url: str, tmp_path: Path) -> None:
+    """libpq quotes the whole string it could not parse in its error; ``doctor`` (text and
+    ``--json``) and every other command printed that copy."""
+    assert SECRET not in redact(f"missing \"=\" after \"{url}\" in connection info string")
+    env = {"PGKB_DATABASE_URL": url, "PGKB_DATA_DIR": str(tmp_path / "data")}
+    runner = CliRunner()
+    for args in (["doctor"], ["doctor", "--json"], ["db", "status"], ["search", "x"]):
+        result = runner.invoke(cli, args, env=env)
+        assert "Traceback" not in result.output
+        assert SECRET not in result.output, (args, result.output)
+        assert "***" in result.output, (args, result.output)

@@ -9,7 +9,7 @@ import click
 
 from loader.cli.base import App, setting_option
 from loader.cli.filters import filter_options, search_filters
-from loader.safety import echo, printable
+from loader.safety import echo, printable, secho
 
 
 @click.command()
@@ -98,7 +98,7 @@ def _excerpt(text: str) -> str:
 
 def _print(answer: Any, *, show_context: bool, streamed: str) -> None:
     if show_context and answer.context:
-        click.secho("Context given to the model:", bold=True)
+        secho("Context given to the model:", bold=True)
         for passage in answer.context:
             span = (
                 f"chunk {passage.chunk_index}"
@@ -113,7 +113,7 @@ def _print(answer: Any, *, show_context: bool, streamed: str) -> None:
         echo()
         if streamed.strip() != answer.answer:
             label = "Checked answer:" if answer.mode == "model" else "The retrieved passages:"
-            click.secho(f"\n{label}", bold=True)
+            secho(f"\n{label}", bold=True)
             echo(answer.answer)
     else:
         echo(answer.answer)
@@ -126,13 +126,13 @@ def _print(answer: Any, *, show_context: bool, streamed: str) -> None:
             echo(f"    {_excerpt(passage.content)}")
 
     for note in answer.notes:
-        click.secho(printable(f"note: {note}"), fg="yellow", err=True)
+        secho(printable(f"note: {note}"), fg="yellow", err=True)
     if answer.hint:
-        click.secho(printable(f"note: {answer.hint}"), fg="yellow", err=True)
+        secho(printable(f"note: {answer.hint}"), fg="yellow", err=True)
 
     if answer.citations:
         echo()
-        click.secho("Sources:", bold=True)
+        secho("Sources:", bold=True)
         shown: set[tuple[str, int]] = set()
         for passage in answer.citations:
             key = (passage.document_id, passage.chunk_index)
@@ -144,7 +144,7 @@ def _print(answer: Any, *, show_context: bool, streamed: str) -> None:
     if answer.related_documents:
         echo()
         label = "Closest sources found:" if answer.abstained else "Related documents:"
-        click.secho(label, bold=True)
+        secho(label, bold=True)
         for doc in answer.related_documents:
             relation = "" if doc.relation == "retrieved" else f" ({doc.relation})"
             echo(f"  {doc.title}: {doc.source_uri}{relation}")

@@ -8,13 +8,13 @@ stays instant.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from loader.safety import echo, json_text
 from loader.settings import ENV_PREFIX, Settings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,7 +53,9 @@ def setting_option(name: str, *param_decls: str, **kwargs: Any) -> Callable[[F],
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+    """Print ``data`` as JSON: every ``--json`` output goes through here (C1 controls and bidi
+    overrides escaped, see :func:`loader.safety.json_text`)."""
+    echo(json_text(data))
 
 
 def _more_verbose(ctx: click.Context, param: click.Parameter, count: int) -> None:

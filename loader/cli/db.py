@@ -7,6 +7,7 @@ import click
 
 from loader.cli.base import App, emit_json, pass_app
 from loader.errors import PgkbError
+from loader.safety import echo
 
 
 @click.group()
@@ -24,7 +25,7 @@ def db_upgrade(app: App, revision: str) -> None:
 
     url = database_url(app.settings())
     upgrade(url, revision)
-    click.echo(f"kb schema is at {revision} on {redact(url)}", err=True)
+    echo(f"kb schema is at {revision} on {redact(url)}", err=True)
 
 
 @db.command("downgrade")
@@ -37,7 +38,7 @@ def db_downgrade(app: App, revision: str) -> None:
     from loader.db.migrations import downgrade
 
     downgrade(database_url(app.settings()), revision)
-    click.echo(f"kb schema downgraded to {revision}", err=True)
+    echo(f"kb schema downgraded to {revision}", err=True)
 
 
 @db.command("url")
@@ -49,7 +50,7 @@ def db_url(app: App) -> None:
     """
     from loader.db.connect import database_url
 
-    click.echo(database_url(app.settings()))
+    echo(database_url(app.settings()))
 
 
 @db.command("status")
@@ -64,7 +65,7 @@ def db_status(app: App, as_json: bool) -> None:
         emit_json(status)
         return
     for key, value in status.items():
-        click.echo(f"{key:>18}: {value}")
+        echo(f"{key:>18}: {value}")
 
 
 @db.command("start")
@@ -80,8 +81,8 @@ def db_start(app: App) -> None:
     from loader.db.embedded import ensure_server
 
     url = ensure_server(settings.pgdata)
-    click.echo(f"embedded PostgreSQL running, data in {settings.pgdata}", err=True)
-    click.echo(url)
+    echo(f"embedded PostgreSQL running, data in {settings.pgdata}", err=True)
+    echo(url)
 
 
 @db.command("stop")
@@ -92,9 +93,9 @@ def db_stop(app: App) -> None:
 
     settings = app.settings()
     if stop_server(settings.pgdata):
-        click.echo(f"stopped the embedded server ({settings.pgdata})", err=True)
+        echo(f"stopped the embedded server ({settings.pgdata})", err=True)
     else:
-        click.echo(f"the embedded server ({settings.pgdata}) was not running", err=True)
+        echo(f"the embedded server ({settings.pgdata}) was not running", err=True)
 
 
 @db.command("grant")
@@ -122,5 +123,5 @@ def db_grant(app: App, role: str, read: bool, write: bool, statement_timeout: st
     with connection(app.settings()) as conn:
         done = grant(conn, role, read=read, write=write, statement_timeout=statement_timeout)
     for statement in done:
-        click.echo(statement)
-    click.echo(f"granted to {role}; it takes effect at the role's next login", err=True)
+        echo(statement)
+    echo(f"granted to {role}; it takes effect at the role's next login", err=True)

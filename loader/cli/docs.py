@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from loader.cli.base import App, emit_json
+from loader.safety import echo, one_line
 
 
 @click.group()
@@ -30,21 +31,21 @@ def list_command(app: App, category: str | None, as_json: bool) -> None:
         emit_json(rows)
         return
     if not rows:
-        click.echo("no documents" + (f" in category {category!r}" if category else ""), err=True)
+        echo("no documents" + (f" in category {category!r}" if category else ""), err=True)
         return
     for row in rows:
-        click.echo(f"{row['title']}  [{row['doc_type']}]  {row['id']}")
-        click.echo(f"    {row['source_uri']}")
-        click.echo(
+        echo(f"{one_line(row['title'])}  [{row['doc_type']}]  {row['id']}")
+        echo(f"    {one_line(row['source_uri'])}")
+        echo(
             f"    {row['chunks']} chunks · {row['edges_out']} edges out · {row['edges_in']} in"
             f" · updated {row['updated_at']:%Y-%m-%d %H:%M}"
             + (f" · category {row['category']}" if row["category"] else "")
         )
         if row["summary"]:
-            click.echo("    " + textwrap.shorten(row["summary"], 160, placeholder=" ..."))
+            echo("    " + textwrap.shorten(row["summary"], 160, placeholder=" ..."))
         if row["key_entities"]:
-            click.echo("    entities: " + ", ".join(row["key_entities"][:8]))
-    click.echo(f"{len(rows)} document(s)", err=True)
+            echo("    entities: " + ", ".join(one_line(e) for e in row["key_entities"][:8]))
+    echo(f"{len(rows)} document(s)", err=True)
 
 
 @docs.command("show")
@@ -64,14 +65,14 @@ def show_command(app: App, document: str, as_json: bool) -> None:
     if as_json:
         emit_json(info)
         return
-    click.echo(render_document(info))
+    echo(render_document(info))
 
 
 def render_document(info: dict[str, Any]) -> str:
     lines = [
-        f"{info['title']}",
+        one_line(info["title"]),
         f"  id        {info['id']}",
-        f"  source    {info['source_uri']}",
+        f"  source    {one_line(info['source_uri'])}",
         f"  type      {info['doc_type']} (metadata: {info['metadata_origin'] or 'none'})",
         f"  category  {info['category'] or '-'}",
         f"  chunks    {info['chunks']}",
@@ -80,23 +81,23 @@ def render_document(info: dict[str, Any]) -> str:
     if info["summary"]:
         lines += ["", "Summary", textwrap.indent(textwrap.fill(info["summary"], 96), "  ")]
     if info["key_entities"]:
-        lines += ["", "Entities", "  " + ", ".join(info["key_entities"])]
+        lines += ["", "Entities", "  " + ", ".join(one_line(e) for e in info["key_entities"])]
     if info["toc"]:
         lines += ["", "Outline (chunks)"]
         for entry in info["toc"]:
             indent = "  " * int(entry.get("level", 1))
             span = f"[{entry.get('chunk_start')}-{entry.get('chunk_end')}]"
-            lines.append(f"{indent}{entry.get('title', '')}  {span}")
+            lines.append(f"{indent}{one_line(entry.get('title', ''))}  {span}")
     for direction, label in (("edges_out", "Links to"), ("edges_in", "Linked from")):
         if info[direction]:
             lines += ["", f"{label} ({len(info[direction])})"]
             for edge in info[direction]:
                 why = f'  "{edge["evidence"]}"' if edge["evidence"] else ""
                 lines.append(
-                    f"  {edge['relation_type']}/{edge['origin']}  {edge['title']}"
-                    f"  ({edge['source_uri']}){why}"
+                    f"  {edge['relation_type']}/{edge['origin']}  {one_line(edge['title'])}"
+                    f"  ({one_line(edge['source_uri'])}){one_line(why)}"
                 )
     if info["unresolved_links"]:
         lines += ["", f"Links to documents not ingested ({len(info['unresolved_links'])})"]
-        lines += [f"  {link['target_uri']}" for link in info["unresolved_links"]]
+        lines += [f"  {one_line(link['target_uri'])}" for link in info["unresolved_links"]]
     return "\n".join(lines)

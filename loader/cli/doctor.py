@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from loader.cli.base import App
+from loader.safety import echo
 
 
 @click.command()
@@ -21,6 +22,6 @@ def doctor(app: App, as_json: bool) -> None:
     if as_json:
         emit_json({"ok": not failed, "checks": [c.to_dict() for c in checks]})
     else:
-        click.echo(render(checks))
+        echo(render(checks))
     if failed:
         click.get_current_context().exit(1)

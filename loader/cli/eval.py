@@ -8,6 +8,7 @@ import click
 
 from loader.cli.base import App
 from loader.errors import PgkbError
+from loader.safety import echo
 
 
 @click.command("eval")
@@ -156,7 +157,7 @@ def eval_command(
         settings, no_ingest = settings_for_model(settings, model_name), True
 
     def progress(message: str) -> None:
-        click.echo(message, err=True)
+        echo(message, err=True)
 
     if beir_dir is not None:
         if questions_file or corpus or calibrate or holdout_file:
@@ -203,10 +204,10 @@ def eval_command(
     if as_json:
         emit_json(report)
     else:
-        click.echo(render(report))
+        echo(render(report))
         if verdict is not None:
-            click.echo()
-            click.echo(verdict.render(path))
+            echo()
+            echo(verdict.render(path))
     if verdict is not None and not verdict.ok:
         raise gate_baseline.GateFailed(
             f"the eval gate failed: {len(verdict.failed)} problem(s), listed above"
@@ -214,6 +215,6 @@ def eval_command(
     if record_baseline:
         _, lowered = gate_baseline.record([report], path, accept_lower=accept_lower)
         names = ", ".join(gate_baseline.report_sets(report))
-        click.echo(f"recorded {names} in {path}", err=True)
+        echo(f"recorded {names} in {path}", err=True)
         if lowered:
-            click.echo(f"recorded lower, accepted: {accept_lower}", err=True)
+            echo(f"recorded lower, accepted: {accept_lower}", err=True)

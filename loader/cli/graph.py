@@ -9,6 +9,7 @@ import click
 
 from loader.cli.base import App, emit_json
 from loader.graph.relations import RELATION_TYPES
+from loader.safety import echo, one_line
 
 if TYPE_CHECKING:
     from loader.graph.catalogue import GraphNode
@@ -72,9 +73,9 @@ def graph(
     if fmt == "json":
         emit_json([n.to_dict() for n in nodes])
     elif fmt == "dot":
-        click.echo(render_dot(nodes))
+        echo(render_dot(nodes))
     else:
-        click.echo(render_tree(nodes))
+        echo(render_tree(nodes))
 
 
 def render_tree(nodes: list[GraphNode]) -> str:
@@ -95,11 +96,14 @@ def render_tree(nodes: list[GraphNode]) -> str:
             else f"<--{edge['relation_type']}--"
         )
         children.setdefault(parent, []).append((arrow, node))
-    lines = [f"{root.title}  [{root.doc_type}]  {root.source_uri}"]
+    lines = [f"{one_line(root.title)}  [{root.doc_type}]  {one_line(root.source_uri)}"]
 
     def walk(parent: str, indent: str) -> None:
         for arrow, node in children.get(parent, []):
-            lines.append(f"{indent}{arrow} {node.title}  [{node.doc_type}]  {node.source_uri}")
+            lines.append(
+                f"{indent}{arrow} {one_line(node.title)}  [{node.doc_type}]  "
+                f"{one_line(node.source_uri)}"
+            )
             if node.document_id in by_id:
                 walk(node.document_id, indent + "    ")
 

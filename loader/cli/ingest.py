@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from loader.cli.base import App, setting_option
+from loader.safety import echo, one_line, secho
 
 
 def parse_meta(values: tuple[str, ...]) -> dict[str, str]:
@@ -36,7 +37,7 @@ def summary_line(data: dict[str, Any]) -> str:
 
 def _say_waiting(event: str, info: dict[str, Any]) -> None:
     if event == "waiting":
-        click.echo(
+        echo(
             f"{info['holder']} holds the ingestion lock; waiting for it "
             "(--no-wait to exit instead)",
             err=True,
@@ -172,11 +173,11 @@ def ingest(
         emit_json(data)
     else:
         for failure in report.failed:
-            click.echo(f"failed: {failure['source']}: {failure['reason']}", err=True)
-        click.echo(summary_line(data), err=True)
+            echo(f"failed: {one_line(failure['source'])}: {failure['reason']}", err=True)
+        echo(summary_line(data), err=True)
     if report.aborted:
-        click.secho(f"Error: {report.aborted}", fg="red", err=True)
+        secho(f"Error: {report.aborted}", fg="red", err=True)
         if report.hint:
-            click.echo(f"  hint: {report.hint}", err=True)
+            echo(f"  hint: {report.hint}", err=True)
     if report.exit_code:
         click.get_current_context().exit(report.exit_code)

@@ -18,6 +18,7 @@ import click
 
 from loader.cli.base import VERBOSE_HELP, App, accept_verbose, emit_json, setting_option
 from loader.errors import ConfigError, DatabaseError, PgkbError
+from loader.safety import echo, secho
 
 __all__ = ["cli", "main"]
 
@@ -39,9 +40,9 @@ def fail(ctx: click.Context, message: str, hint: str, exit_code: int) -> NoRetur
     message, hint = redact(message), redact(hint)
     if ctx.meta.get(JSON_FLAG):
         emit_json({"error": message, "hint": hint, "exit_code": exit_code})
-    click.secho(f"Error: {message}", fg="red", err=True)
+    secho(f"Error: {message}", fg="red", err=True)
     if hint:
-        click.echo(f"  hint: {hint}", err=True)
+        echo(f"  hint: {hint}", err=True)
     ctx.exit(exit_code)
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import click
 
 from loader.cli.base import App
+from loader.safety import echo, secho
 
 
 def _say(what: str) -> None:
-    click.echo(what, err=True)
+    echo(what, err=True)
 
 
 @click.command()
@@ -36,26 +37,24 @@ def reindex(app: App) -> None:
         conn.close()
     for b in built:
         if b["skipped"]:
-            click.echo(f"kb.{b['index']} not built: {b['skipped']}", err=True)
+            echo(f"kb.{b['index']} not built: {b['skipped']}", err=True)
         elif b["built"]:
-            click.echo(f"built the missing HNSW index kb.{b['index']}")
+            echo(f"built the missing HNSW index kb.{b['index']}")
         else:
-            click.secho(
+            secho(
                 f"Error: the missing HNSW index kb.{b['index']} could not be built: {b['error']}",
                 fg="red",
                 err=True,
             )
     failed = [d for d in done if d["error"]]
     for d in failed:
-        click.secho(
-            f"Error: kb.{d['index']} could not be rebuilt: {d['error']}", fg="red", err=True
-        )
-        click.echo(
+        secho(f"Error: kb.{d['index']} could not be rebuilt: {d['error']}", fg="red", err=True)
+        echo(
             f"  hint: if it is an index you do not need, DROP INDEX CONCURRENTLY kb.{d['index']}",
             err=True,
         )
     rebuilt = sum(1 for d in done if not d["error"])
-    click.echo(f"rebuilt {rebuilt} of {len(done)} index(es)")
+    echo(f"rebuilt {rebuilt} of {len(done)} index(es)")
     if failed or any(b["error"] for b in built):
         click.get_current_context().exit(1)
 
@@ -72,4 +71,4 @@ def vacuum(app: App) -> None:
         done = run_vacuum(conn, lambda name: _say(f"vacuuming kb.{name}"))
     finally:
         conn.close()
-    click.echo(f"vacuumed and analyzed {len(done)} table(s)")
+    echo(f"vacuumed and analyzed {len(done)} table(s)")

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from loader.cli.base import App
+from loader.safety import echo
 
 
 @click.group()
@@ -30,14 +31,14 @@ def models_list(app: App, as_json: bool) -> None:
         emit_json([m.to_dict() for m in found])
         return
     if not found:
-        click.echo("no embedding model is registered (pgkb ingest registers the configured one)")
+        echo("no embedding model is registered (pgkb ingest registers the configured one)")
         return
     for m in found:
         state = "active" if m.is_active else "      "
         index = m.index_name or "no index"
         if m.index_name and not m.index_valid:
             index += " (INVALID)"
-        click.echo(
+        echo(
             f"{state}  {m.name} ({m.dims} dims, {m.provider}): {m.embeddings} embeddings, "
             f"{m.missing} chunks missing; {index}"
         )
@@ -113,12 +114,12 @@ def models_add(
             hnsw_m=hnsw_m or settings.hnsw_m,
             hnsw_ef_construction=hnsw_ef_construction or settings.hnsw_ef_construction,
         )
-    click.echo(
+    echo(
         f"registered {model.name} ({model.dims} dims, {model.provider})"
         + (" as the active model" if model.is_active else f"; {model.missing} chunks to embed")
     )
     if not model.is_active and model.missing:
-        click.echo(f"next: pgkb reembed --model {model.name}", err=True)
+        echo(f"next: pgkb reembed --model {model.name}", err=True)
 
 
 @models.command("activate")
@@ -136,7 +137,7 @@ def models_activate(app: App, name: str, dims: int | None) -> None:
 
     with connection(app.settings()) as conn:
         model = activate(conn, name, dims)
-    click.echo(f"{model.name} ({model.dims} dims) is the active model")
+    echo(f"{model.name} ({model.dims} dims) is the active model")
 
 
 @models.command("drop")
@@ -157,7 +158,7 @@ def models_drop(app: App, name: str, dims: int | None, yes: bool) -> None:
                 abort=True,
             )
         removed = drop(conn, model.name, model.dims)
-    click.echo(f"dropped {model.name} ({model.dims} dims) and {removed} embeddings")
+    echo(f"dropped {model.name} ({model.dims} dims) and {removed} embeddings")
 
 
 class _Bar:
@@ -169,7 +170,7 @@ class _Bar:
 
     def __call__(self, event: str, info: dict[str, Any]) -> None:
         if event == "waiting":
-            click.echo(f"{info['holder']} holds the ingestion lock; waiting for it", err=True)
+            echo(f"{info['holder']} holds the ingestion lock; waiting for it", err=True)
         elif event == "start" and self.tty:
             self.bar = click.progressbar(
                 length=int(info["total"]),
@@ -229,12 +230,12 @@ def reembed(
     if as_json:
         emit_json(report.to_dict())
         return
-    click.echo(
+    echo(
         f"{report.model} ({report.dims} dims): {report.embedded} chunks embedded, "
         f"{report.remaining} missing"
         + ("; its HNSW index was built after the bulk load" if report.index_rebuilt else "")
     )
     if report.remaining == 0:
-        click.echo(
+        echo(
             f"next: pgkb eval --model {report.model}; pgkb models activate {report.model}", err=True
         )

@@ -7,6 +7,7 @@ import click
 from loader.cli.ask import ask
 from loader.cli.base import App
 from loader.errors import PgkbError
+from loader.safety import echo, secho
 
 QUICKSTART_QUESTIONS = (
     "How can I build an index without locking out writes to the table?",
@@ -49,20 +50,20 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
     settings = app.settings()
     embedded = not settings.database_url
     if embedded:
-        click.echo(f"using the embedded PostgreSQL server, data in {settings.pgdata}", err=True)
+        echo(f"using the embedded PostgreSQL server, data in {settings.pgdata}", err=True)
     user_url = database_url(settings)
     if remove:
         dropped = drop_demo_database(user_url, demo_url)
         if dropped is None:
-            click.echo("there is no demo database to remove; nothing was changed")
+            echo("there is no demo database to remove; nothing was changed")
         else:
-            click.echo(f"removed the demo database {dropped}; your knowledge base is untouched")
+            echo(f"removed the demo database {dropped}; your knowledge base is untouched")
         return
     if embedded:
         # the embedded server's knowledge base is pgkb's own: ready (empty) for `pgkb ingest`
         upgrade(user_url)
     url = demo_url or create_demo_database(user_url)
-    click.echo(
+    echo(
         f"the sample goes into the demo database {redact(url)}, apart from your knowledge base "
         f"{redact(user_url)} (remove it with: pgkb quickstart --remove)",
         err=True,
@@ -72,18 +73,18 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
     app._settings = None
     settings = app.settings()
     upgrade(url)
-    click.echo(f"kb schema is up to date on {redact(url)}", err=True)
+    echo(f"kb schema is up to date on {redact(url)}", err=True)
 
     from loader.cli.ingest import summary_line
     from loader.ingest.pipeline import ingest_paths
     from loader.resources import sample_corpus_dir
 
     corpus = sample_corpus_dir()
-    click.echo(f"ingesting the sample corpus {corpus} (first run: minutes on a CPU)", err=True)
+    echo(f"ingesting the sample corpus {corpus} (first run: minutes on a CPU)", err=True)
     report = ingest_paths(settings, [corpus], prune=True)
-    click.echo(summary_line(report.to_dict()), err=True)
+    echo(summary_line(report.to_dict()), err=True)
     for failure in report.failed:
-        click.echo(f"failed: {failure['source']}: {failure['reason']}", err=True)
+        echo(f"failed: {failure['source']}: {failure['reason']}", err=True)
     if report.aborted:
         raise PgkbError(f"ingesting the sample corpus stopped: {report.aborted}")
     if report.failed:
@@ -95,13 +96,13 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
         )
     status = {**schema_status(settings), "embedded": embedded}
     for key, value in status.items():
-        click.echo(f"{key:>18}: {value}")
+        echo(f"{key:>18}: {value}")
     for question in QUICKSTART_QUESTIONS:
-        click.echo()
-        click.secho(f"$ pgkb ask {question!r}", bold=True)
+        echo()
+        secho(f"$ pgkb ask {question!r}", bold=True)
         ctx.invoke(ask, question=(question,))
-    click.echo()
-    click.echo(
+    echo()
+    echo(
         f"The sample is in its own database; your knowledge base ({redact(user_url)}) holds "
         "none of it. Add your own documents:\n"
         '  pgkb ingest ~/notes && pgkb ask "..."\n'

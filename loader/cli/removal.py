@@ -7,6 +7,7 @@ import sys
 import click
 
 from loader.cli.base import App
+from loader.safety import echo, one_line
 
 
 @click.command()
@@ -36,14 +37,14 @@ def stale(app: App, older_than: str, as_json: bool) -> None:
         emit_json(rows)
         return
     if not rows:
-        click.echo(f"no document is older than {interval}", err=True)
+        echo(f"no document is older than {interval}", err=True)
         return
     for r in rows:
-        click.echo(
+        echo(
             f"{str(r['updated_at'])[:19]}  {r['age']:>24}  {r['chunks']:>5} chunks  "
-            f"{r['source_uri']}  {r['document_id']}"
+            f"{one_line(r['source_uri'])}  {r['document_id']}"
         )
-    click.echo(f"{len(rows)} document(s) not updated for more than {interval}", err=True)
+    echo(f"{len(rows)} document(s) not updated for more than {interval}", err=True)
 
 
 @click.command()
@@ -87,12 +88,10 @@ def remove(
             )
             totals = preview.totals()
             for r in preview.removed:
-                click.echo(f"would remove: {r['source_uri']} ({r['chunks']} chunks)", err=True)
+                echo(f"would remove: {one_line(r['source_uri'])} ({r['chunks']} chunks)", err=True)
             question = f"Remove {totals['documents']} document(s) with {totals['chunks']} chunk(s)?"
             if not sys.stdin.isatty() or not click.confirm(question):
-                click.echo(
-                    "dry run: nothing removed (confirm at the prompt, or pass --yes)", err=True
-                )
+                echo("dry run: nothing removed (confirm at the prompt, or pass --yes)", err=True)
                 if as_json:
                     emit_json(preview.to_dict())
                 return
@@ -105,12 +104,12 @@ def remove(
         return
     verb = "would remove" if dry_run else "removed"
     for r in result.removed:
-        click.echo(
+        echo(
             f"{verb}: {r['source_uri']} ({r['chunks']} chunks, {r['embeddings']} "
             f"embeddings, {r['relations']} relations)"
         )
     t = result.totals()
-    click.echo(
+    echo(
         f"{verb} {t['documents']} document(s), {t['chunks']} chunk(s), {t['embeddings']} "
         f"embedding(s), {t['relations']} relation(s)",
         err=True,

@@ -9,7 +9,7 @@ import click
 
 from loader.cli.base import App
 from loader.cli.filters import filter_options, search_filters
-from loader.safety import echo
+from loader.safety import echo, one_line
 
 if TYPE_CHECKING:
     from loader.search import SearchHit
@@ -34,8 +34,10 @@ def render_table(hits: list[SearchHit], mode: str) -> str:
             legs.append(f"keyword #{hit.keyword_rank} score {hit.keyword_score:.3f}")
         if hit.rerank_score is not None:
             legs.append(f"rerank {hit.rerank_score:.3f}")
-        where = hit.source_uri + (f"  [{hit.heading_path}]" if hit.heading_path else "")
-        lines.append(f"{rank:>2}. {hit.score:.4f}  {hit.title}")
+        where = one_line(hit.source_uri) + (
+            f"  [{one_line(hit.heading_path)}]" if hit.heading_path else ""
+        )
+        lines.append(f"{rank:>2}. {hit.score:.4f}  {one_line(hit.title)}")
         lines.append(f"    {where}")
         lines.append(f"    chunk {hit.chunk_index} · {', '.join(legs)}")
         lines.append("    " + snippet(hit.content))

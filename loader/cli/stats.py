@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from loader.cli.base import App
+from loader.safety import echo
 
 
 @click.command()
@@ -30,4 +31,4 @@ def stats(app: App, runs: int, as_json: bool) -> None:
     if as_json:
         emit_json(data)
     else:
-        click.echo(render(data))
+        echo(render(data))

@@ -51,13 +51,15 @@ def connect(
     except psycopg.OperationalError as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DatabaseError(
-            f"cannot connect to the database {redact(url)}: {detail}",
+            redact(f"cannot connect to the database {url}: {detail}"),
             hint="check PGKB_DATABASE_URL (or unset it to use the embedded server) "
             "and that the server is running",
         ) from None
     except psycopg.ProgrammingError as exc:
         raise DatabaseError(
-            f"invalid database URL {redact(url)}: {exc}",
+            # libpq quotes the string it could not parse: the whole message is redacted, the
+            # URL last (a value with an unclosed quote is masked up to the end)
+            redact(f"invalid database URL ({str(exc).strip()}): {url}"),
             hint="use the form postgresql://user:password@host:5432/dbname",
         ) from None
     if register:

@@ -389,7 +389,14 @@ UPDATE kb.documents
  WHERE id = %(id)s AND content_sha = %(content_sha)s
 """
 """As :data:`SET_DOCUMENT_METADATA`, only while the document still has that content."""
-DELETE_OUTGOING_RELATIONS = "DELETE FROM kb.document_relations WHERE source_id = %s"
+DELETE_REINDEXED_RELATIONS = """
+DELETE FROM kb.document_relations
+ WHERE source_id = %(id)s OR (target_id = %(id)s AND origin = 'llm')
+"""
+"""A re-indexed document's edges: every edge out of it (rebuilt from its new text) and the
+model-made edges into it (another document's chat call proposed them from its old text; they
+come back only if a model proposes them again). Link and mention edges into it stay: they
+are facts about the other documents' text."""
 DELETE_DOCUMENT_LINKS = "DELETE FROM kb.document_links WHERE source_id = %s"
 INSERT_DOCUMENT_LINKS = """
 INSERT INTO kb.document_links (source_id, target_uri, href, anchor)

@@ -89,7 +89,7 @@ class GraphWriter:
         row = conn.execute(queries.METADATA_SHA, (document_id,)).fetchone()
         if row is None or row[0] != content_sha:
             store_metadata(conn, document_id, deterministic(title, source_uri, chunks))
-        conn.execute(queries.DELETE_OUTGOING_RELATIONS, (document_id,))
+        conn.execute(queries.DELETE_REINDEXED_RELATIONS, {"id": document_id})
         conn.execute(queries.DELETE_DOCUMENT_LINKS, (document_id,))
         if links:
             conn.execute(

@@ -318,6 +318,9 @@ class _HtmlWalker:
             self.sections.append(Section(self.path, text))
 
     def walk(self, node: Any) -> None:
+        """Walk ``node``'s subtree in document order, without recursion (a page may nest
+        elements 100,000 deep) and in time linear in its size (which elements hold blocks is
+        found in one pass, not searched for at every level)."""
         from bs4.element import (
             Comment,
             Declaration,
@@ -327,7 +330,17 @@ class _HtmlWalker:
             Tag,
         )
 
-        for child in node.children:
+        holders = _block_holders(node)
+        # (children still to visit, flush the inline text when they are done)
+        stack: list[tuple[Any, bool]] = [(iter(node.contents), False)]
+        while stack:
+            children, flush_after = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                if flush_after:
+                    self.flush_inline()
+                continue
             if isinstance(child, Comment | Declaration | Doctype | ProcessingInstruction):
                 continue
             if isinstance(child, NavigableString):
@@ -366,23 +379,38 @@ class _HtmlWalker:
                 continue
             if name in _BLOCKS:
                 self.flush_inline()
-                if _has_blocks(child):
-                    self.walk(child)
-                    self.flush_inline()
+                if id(child) in holders:
+                    stack.append((iter(child.contents), True))
                 else:
                     text = normalize_inline(child.get_text(" " if name in ("td", "th") else ""))
                     if text:
                         self.paragraphs.append(text)
                 continue
             # inline element: may still hide a block (e.g. <span><div>...</div></span>)
-            if _has_blocks(child):
-                self.walk(child)
+            if id(child) in holders:
+                stack.append((iter(child.contents), False))
             else:
                 self.inline.append(child.get_text())
 
 
-def _has_blocks(tag: Any) -> bool:
-    return tag.find(list(_BLOCKS | _HEADINGS)) is not None
+_BLOCK_NAMES = frozenset(_BLOCKS | _HEADINGS)
+
+
+def _block_holders(root: Any) -> set[int]:
+    """``id()`` of every element under ``root`` that has a block or heading element below it:
+    one pass over the subtree (each ancestor chain is climbed only up to the first element
+    already marked), so the walk never searches a subtree again at every level."""
+    from bs4.element import Tag
+
+    holders: set[int] = set()
+    for tag in root.descendants:
+        if not isinstance(tag, Tag) or tag.name not in _BLOCK_NAMES:
+            continue
+        parent = tag.parent
+        while parent is not None and parent is not root and id(parent) not in holders:
+            holders.add(id(parent))
+            parent = parent.parent
+    return holders
 
 
 # --- PDF ----------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from loader.ingest.sources import (
     scan_paths,
     shown_path,
 )
+from loader.ingest.worker import Extractor
 from loader.ingest.writer import (
     Prepared,
     Writer,
@@ -42,6 +43,9 @@ from loader.providers.embeddings import Embedder, ensure_model, get_embedder
 from loader.settings import Settings
 
 log = logging.getLogger(__name__)
+
+EXTRACT = extract
+"""The extraction function (tests replace it with one that hangs or crashes on some files)."""
 
 
 def _document_sha(source_sha: str, fingerprint: str, category: str | None, meta: Any) -> str:
@@ -180,6 +184,7 @@ def ingest_paths(
         connection(settings) as conn,
         ingest_lock(conn, wait=wait, progress=progress),
         record_run(conn, paths, report),  # kb.ingest_runs: pgkb stats shows the last runs
+        new_extractor(settings) as extractor,
     ):
         model_id, chunker = _prepare_model(conn, embedder, settings)
         fingerprint = chunker.fingerprint()
@@ -200,7 +205,7 @@ def ingest_paths(
                     source = names.uri(path)
                     prepared = _prepare_file(
                         path, source, stored, fingerprint, chunker, category, meta, max_bytes,
-                        report, settings,
+                        report, extractor,
                     )  # fmt: skip
                     if progress:
                         status = "unchanged" if prepared is None else "parsed"
@@ -230,26 +235,29 @@ def ingest_paths(
     return report
 
 
-def extract_bounded(data: bytes, path: Path, mime: str | None, settings: Settings) -> Any:
-    """:func:`extract` within ``settings.extract_timeout`` seconds, refusing a text larger than
-    ``settings.max_text_mb`` million characters: one pathological file cannot hold the ingest
-    lock for long or fill the memory."""
-    from loader.safety import call_with_timeout
-
-    try:
-        extracted = call_with_timeout(lambda: extract(data, path, mime), settings.extract_timeout)
-    except TimeoutError:
-        raise ExtractionError(
-            f"extraction took longer than {settings.extract_timeout:g} s (extract_timeout); "
-            "raise PGKB_EXTRACT_TIMEOUT to ingest it"
-        ) from None
+def extract_bounded(data: bytes, path: Path, mime: str | None, extractor: Extractor) -> Any:
+    """:func:`extract` in ``extractor``'s worker process (killed after ``extract_timeout``
+    seconds, capped at ``extract_memory_mb``), refusing a text larger than ``max_text_mb``
+    million characters: one pathological file cannot hold the ingest lock for long, keep a CPU
+    busy after its deadline or fill the memory."""
+    extracted = extractor.extract(data, path, mime)
     size = sum(len(s.text) for s in extracted.sections)
-    if size > settings.max_text_mb * 1_000_000:
+    if size > extractor.max_text_mb * 1_000_000:
         raise ExtractionError(
             f"extracted text too large ({size / 1e6:.1f} million characters, the limit is "
-            f"{settings.max_text_mb:g} million, max_text_mb); raise PGKB_MAX_TEXT_MB to ingest it"
+            f"{extractor.max_text_mb:g} million, max_text_mb); raise PGKB_MAX_TEXT_MB to ingest it"
         )
     return extracted
+
+
+def new_extractor(settings: Settings) -> Extractor:
+    """The run's extraction worker (started on the first file that needs parsing)."""
+    return Extractor(
+        settings.extract_timeout,
+        settings.extract_memory_mb,
+        EXTRACT,
+        max_text_mb=settings.max_text_mb,
+    )
 
 
 def _prepare_file(
@@ -262,7 +270,7 @@ def _prepare_file(
     meta: dict[str, str],
     max_bytes: int,
     report: IngestReport,
-    settings: Settings,
+    extractor: Extractor,
 ) -> Prepared | None:
     """Read, hash, and (if changed) parse and chunk one file; None when unchanged or failed."""
     try:
@@ -275,7 +283,7 @@ def _prepare_file(
             return None
         mime = mime_type(path)
         with report.phase("extract"):
-            extracted = extract_bounded(data, path, mime, settings)
+            extracted = extract_bounded(data, path, mime, extractor)
         with report.phase("chunk"):
             title = extracted.title or path.stem
             chunks = chunker.chunk(title, extracted.sections)

@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import errno
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,24 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
 
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def not_regular(mode: int) -> str | None:
+    """Why a file of this ``st_mode`` is not ingested (a FIFO would block ``open()`` forever, a
+    device never end), or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), "a special file")
+    return f"not a regular file ({kind}): skipped"
+
+
 def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
     """Files (resolved, de-duplicated, sorted) under ``paths``; loops and dead links reported.
 
@@ -69,10 +88,19 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 scan.failures.append((str(path.absolute()), "symlink loop"))
-            elif path.is_symlink():
+            elif exc.errno == errno.ENOENT and os.path.islink(path):
                 scan.failures.append((str(path.absolute()), "broken symbolic link"))
             else:
                 scan.failures.append((str(path.absolute()), f"cannot read: {exc.strerror}"))
+            return
+        try:
+            mode = os.stat(real).st_mode
+        except OSError as exc:
+            scan.failures.append((str(path.absolute()), f"cannot read: {exc.strerror}"))
+            return
+        special = not_regular(mode)
+        if special is not None:
+            scan.failures.append((str(path.absolute()), special))
             return
         try:
             str(real).encode("utf-8")
@@ -157,6 +185,19 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
                 dirnames[:] = []
                 continue
             visited.add(key)
+            if (dirnames or filenames) and not os.access(dirpath, os.X_OK):
+                # listed (read permission) but not entered (no search permission): nothing in
+                # it can be opened or checked, so prune keeps what is stored under it
+                scan.failures.append(
+                    (
+                        dirpath,
+                        "cannot enter folder (permission denied: it can be listed but not "
+                        "entered); skipped, give it search permission (chmod +x) to ingest it",
+                    )
+                )
+                scan.unreadable.append(Path(dirpath))
+                dirnames[:] = []
+                continue
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for name in sorted(filenames):
                 if name.startswith(".") or mime_type(name) is None:
@@ -167,15 +208,28 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
 
 
 def read_file(path: Path, max_bytes: int) -> bytes:
-    """The file's bytes, or :class:`ExtractionError` (too large, vanished, changed while read)."""
+    """The file's bytes, or :class:`ExtractionError` (too large, vanished, changed while read,
+    not a regular file).
+
+    The file is opened non-blocking and checked through the open descriptor, so a path that
+    became a named pipe or a device after the walk is refused, never waited on.
+    """
     try:
-        before = os.stat(path)
-        if before.st_size > max_bytes:
-            raise ExtractionError(
-                f"file too large ({before.st_size / 1e6:.1f} MB, the limit is "
-                f"{max_bytes / 1e6:.1f} MB); raise PGKB_MAX_FILE_MB to ingest it"
-            )
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            before = os.fstat(fd)
+            special = not_regular(before.st_mode)
+            if special is not None:
+                raise ExtractionError(special)
+            if before.st_size > max_bytes:
+                raise ExtractionError(
+                    f"file too large ({before.st_size / 1e6:.1f} MB, the limit is "
+                    f"{max_bytes / 1e6:.1f} MB); raise PGKB_MAX_FILE_MB to ingest it"
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        with os.fdopen(fd, "rb") as handle:
             data = handle.read(max_bytes + 1)
         after = os.stat(path)
     except FileNotFoundError:

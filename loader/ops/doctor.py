@@ -81,7 +81,10 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def _check(name: str, ok: bool, detail: str, fix: str = "") -> Check:
-    return Check(name, "ok" if ok else "fail", detail, EXPLAIN[name], "" if ok else fix)
+    from loader.safety import redact
+
+    # a detail may quote a URL or DSN (libpq's errors do): never a password in doctor's output
+    return Check(name, "ok" if ok else "fail", redact(detail), EXPLAIN[name], "" if ok else fix)
 
 
 def _skip(name: str, why: str) -> Check:

@@ -1,0 +1,241 @@
+"""A second review of ingestion's source walk, tried as an attacker who can write into an
+ingested folder and as a careless operator.
+
+- A named pipe (``mkfifo docs/fifo.md``) hung the run forever: ``open()`` blocked before the
+  extraction timeout applied, with the ingestion lock held. Anything that is not a regular file
+  (FIFO, socket, device) is skipped and reported.
+- A folder that can be listed but not entered (mode 0644) aborted the whole run with a traceback
+  (``is_symlink`` in the walk): it is skipped and reported like an unreadable file.
+- Files truncated or growing while read, and 5,000 tiny files in one run.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import socket
+import stat
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from loader.ingest.extract import ExtractionError
+from loader.ingest.pipeline import ingest_paths
+from loader.ingest.sources import read_file, scan_paths
+from tests.fake_openai import FakeOpenAI
+from tests.helpers import ingest_settings, stored_documents
+
+
+def _corpus(root: Path, names: list[str]) -> None:
+    for name in names:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# {path.stem}\n\nThe text of {path.stem} about vacuum.\n")
+
+
+def _unblock(fifo: Path) -> None:
+    """Open the FIFO's other end, so a reader blocked in open() returns (then EOF)."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    os.close(fd)
+
+
+def test_a_named_pipe_is_skipped_and_never_blocks(
+    db_url: str, tmp_path: Path, fake_openai: FakeOpenAI, conn: psycopg.Connection[Any]
+) -> None:
+    root = tmp_path / "docs"
+    _corpus(root, ["a.md", "sub/b.md"])
+    fifo = root / "fifo.md"
+    os.mkfifo(fifo)
+    os.mkfifo(root / "sub" / "pipe.txt")
+    listener = socket.socket(socket.AF_UNIX)
+    sock_dir = Path(tempfile.mkdtemp(prefix="pgkb-sock-"))  # AF_UNIX paths are short
+    (sock_dir / "docs").symlink_to(root, target_is_directory=True)
+    listener.bind(str(root / "sock.md"))
+    settings = ingest_settings(db_url, tmp_path, fake_openai, extract_timeout=10)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        outcome["report"] = ingest_paths(settings, [root, fifo])
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(120)  # the run takes seconds; before the fix it never returned
+    try:
+        assert not thread.is_alive(), "ingest blocked on a named pipe"
+    finally:
+        for pipe in (fifo, root / "sub" / "pipe.txt"):
+            _unblock(pipe)
+        thread.join(30)
+        listener.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+    report = outcome["report"]
+    reasons = {Path(f["source"]).name: f["reason"] for f in report.failed}
+    assert set(reasons) == {"fifo.md", "pipe.txt", "sock.md"}, reasons
+    assert "named pipe" in reasons["fifo.md"] and "not a regular file" in reasons["fifo.md"]
+    assert "socket" in reasons["sock.md"]
+    assert set(stored_documents(conn)) == {"a.md", "b.md"}
+    assert report.exit_code == 1
+
+
+def test_reading_a_file_swapped_for_a_pipe_never_blocks(tmp_path: Path) -> None:
+    """Between the walk and the read a file may become a FIFO: the read opens it non-blocking
+    and checks the opened file itself."""
+    fifo = tmp_path / "late.md"
+    os.mkfifo(fifo)
+    done = threading.Event()
+    errors: list[str] = []
+
+    def read() -> None:
+        try:
+            read_file(fifo, 1_000_000)
+        except ExtractionError as exc:
+            errors.append(exc.message)
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    finished = done.wait(60)
+    _unblock(fifo)
+    assert finished, "read_file blocked on a named pipe"
+    assert errors and "not a regular file" in errors[0]
+
+
+def test_a_character_device_given_by_path_is_refused(tmp_path: Path) -> None:
+    link = tmp_path / "null.txt"
+    link.symlink_to("/dev/null")
+    scan = scan_paths([link])
+    assert scan.files == []
+    assert any("character device" in reason for _, reason in scan.failures), scan.failures
+
+
+# --- a folder that can be listed but not entered ------------------------------------------------
+
+
+@pytest.fixture
+def public_tmp() -> Iterator[Path]:
+    """A folder the unprivileged user can reach (pytest's tmp_path is mode 0700, root's)."""
+    path = Path(tempfile.mkdtemp(prefix="pgkb-walk-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        for dirpath, _, _ in os.walk(path):
+            os.chmod(dirpath, 0o755)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _scan_as_nobody(paths: list[Path]) -> Any:
+    """scan_paths run by the unprivileged user ``nobody`` in a forked child (root enters any
+    folder, so the permission cannot be provoked as root); its Scan or its traceback."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: drop privileges, scan, send the result, exit without cleanup
+        os.close(read_end)
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                result: Any = scan_paths(paths)
+            except BaseException as exc:  # the parent reports it
+                import traceback
+
+                result = "".join(traceback.format_exception(exc))
+            with os.fdopen(write_end, "wb") as out:
+                pickle.dump(result, out)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as inp:
+        data = inp.read()
+    os.waitpid(pid, 0)
+    return pickle.loads(data)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to the user nobody")
+def test_a_folder_that_can_be_listed_but_not_entered_is_reported(public_tmp: Path) -> None:
+    root = public_tmp / "docs"
+    _corpus(root, ["a.md", "locked/secret.md", "locked/deeper/x.md", "z/ok.md"])
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            os.chmod(Path(dirpath) / name, 0o644)
+    (root / "locked").chmod(0o644)  # r but no x: names can be listed, nothing opened
+    scan = _scan_as_nobody([root])
+    assert not isinstance(scan, str), scan  # a traceback before the fix
+    assert [p.name for p in scan.files] == ["a.md", "ok.md"]
+    reasons = dict(scan.failures)
+    locked = str(root / "locked")
+    assert locked in reasons, reasons
+    assert "cannot enter folder" in reasons[locked] and "chmod" in reasons[locked]
+    # prune keeps every document under it (its files cannot be checked)
+    assert Path(locked) in scan.unreadable
+
+
+def test_files_truncated_or_growing_while_read_are_reported_and_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file changes between the size check and the end of the read: the read notices and
+    reports it ("changed while being read"), never storing half a file."""
+    import builtins
+
+    path = tmp_path / "moving.md"
+    path.write_text("# Moving\n\n" + "words " * 1000)
+    real_fdopen = os.fdopen
+
+    for change in ("truncate", "grow"):
+        path.write_text("# Moving\n\n" + "words " * 1000)
+
+        def fdopen(fd: int, *args: Any, _change: str = change, **kwargs: Any) -> Any:
+            handle = real_fdopen(fd, *args, **kwargs)
+            with builtins.open(path, "r+b") as other:  # another writer, mid-read
+                if _change == "truncate":
+                    other.truncate(10)
+                else:
+                    other.seek(0, os.SEEK_END)
+                    other.write(b" more words" * 100)
+            return handle
+
+        monkeypatch.setattr(os, "fdopen", fdopen)
+        with pytest.raises(ExtractionError, match="changed while being read"):
+            read_file(path, 1_000_000)
+        monkeypatch.setattr(os, "fdopen", real_fdopen)
+    assert stat.S_ISREG(os.stat(path).st_mode)
+
+
+@pytest.mark.slow  # 72 s on the loaded 2-core test machine
+def test_five_thousand_tiny_files_in_one_run(
+    db_url: str, tmp_path: Path, fake_openai: FakeOpenAI, conn: psycopg.Connection[Any]
+) -> None:
+    """5,000 tiny files: every one stored, a progress event per file, and the process's memory
+    growth bounded (the run keeps no per-file state beyond its report)."""
+    import resource
+
+    root = tmp_path / "docs"
+    for i in range(5000):
+        sub = root / f"d{i // 500:02}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"f{i:04}.md").write_text(f"# Tiny {i}\n\nword{i} about vacuum.\n")
+    events: dict[str, int] = {}
+
+    def progress(event: str, info: dict[str, Any]) -> None:
+        events[event] = events.get(event, 0) + 1
+
+    settings = ingest_settings(db_url, tmp_path, fake_openai, embedding_batch_size=256)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    report = ingest_paths(settings, [root], progress=progress)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    assert report.exit_code == 0, report.failed[:3]
+    assert report.new == 5000
+    assert events["scanned"] == 1 and events["file"] == 5000
+    assert grown_mb < 300, grown_mb
+    row = conn.execute("SELECT count(*) FROM kb.documents").fetchone()
+    assert row == (5000,)
+    conn.rollback()
