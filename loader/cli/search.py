@@ -102,7 +102,7 @@ def search(
         from loader.providers.embeddings import get_embedder
 
         embedding = get_embedder(settings).embed_query(text)
-    with connection(settings) as conn:
+    with connection(settings, read=True) as conn:
         hits = run_search(
             conn,
             text,
