@@ -38,7 +38,7 @@ NAMESPACE = uuid.UUID("6f1c3a52-4a8e-4f61-9d3c-1d2b3c4d5e6f")
 def server_url(db: str) -> str:
     from loader.db.connect import database_url
     from loader.settings import load_settings
-    from tests.conftest import with_dbname
+    from tests.helpers import with_dbname
 
     return with_dbname(database_url(load_settings()), db)
 
@@ -63,7 +63,7 @@ def read_dataset(
 
 def cmd_load(args: argparse.Namespace) -> None:
     from loader.db.migrations import upgrade
-    from tests.conftest import create_database, drop_database
+    from tests.helpers import create_database, drop_database
 
     admin = server_url("postgres")
     drop_database(admin, args.db)
@@ -224,7 +224,7 @@ def cmd_keyword(args: argparse.Namespace) -> None:
         queries = dict(list(queries.items())[: args.limit])
     _header()
     with psycopg.connect(server_url(args.db)) as conn:
-        for ranking in ("ts_rank", "bm25"):
+        for ranking in args.rankings.split(","):
             m = evaluate(
                 conn,
                 KEYWORD,
@@ -375,6 +375,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--b", type=_floats, default=[0.75])
     parser.add_argument("--heading", type=_floats, default=[1.0])
     parser.add_argument("--limit", type=int, default=0, help="first N queries only")
+    parser.add_argument("--rankings", default="ts_rank,bm25", help="keyword: rankings to run")
     parser.add_argument("--cands", type=_ints, default=[20, 40, 100], help="fusion: candidates")
     parser.add_argument("--rrf-k", type=_ints, default=[60, 20, 5], help="fusion: RRF k")
     parser.add_argument(
