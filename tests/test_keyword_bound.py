@@ -26,7 +26,7 @@ def _load(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> uuid.UUID:
         "token_count) FROM STDIN"
     ) as copy:
         for i in range(n):
-            words = ["chapter"] * rnd.randint(1, 4) + rnd.sample(WORDS, rnd.randint(2, 10))
+            words = ["chapter"] * rnd.randint(1, 4) + rnd.sample(WORDS, rnd.randint(2, 8))
             words += [f"rare{i}"]
             rnd.shuffle(words)
             copy.write_row((doc, i, "", " ".join(words), f"s{i}", len(words)))

@@ -158,6 +158,7 @@ def _read_only_function_calls(conn: psycopg.Connection[Any], query: list[float])
         "query_terms": "SELECT * FROM kb.query_terms('standby replay')",
         "search_query": "SELECT * FROM kb.search_query('\"hot standby\" -vacuum')",
         "search_filters": 'SELECT * FROM kb.search_filters(\'{"source": "%.md"}\')',
+        "term_impacts": "SELECT * FROM kb.term_impacts(to_tsvector('english', 'standby replay'))",
         "explore_graph": f"SELECT * FROM kb.explore_graph('{doc[0]}'::uuid)",
         "neighbor_chunks": f"SELECT * FROM kb.neighbor_chunks({chunk[0]})",
         "merge_neighbors": f"SELECT * FROM kb.merge_neighbors({chunk[0]})",

@@ -86,27 +86,28 @@ BEGIN
         ON CONFLICT (lexeme) DO UPDATE SET df = t.df + excluded.df;
 
         -- lexemes this statement took past 1,000 chunks get their whole list (the new chunks
-        -- included); the other common lexemes get the new chunks' postings
+        -- included); then every common lexeme gets the new chunks' postings (those of the
+        -- lexemes just listed are there already)
         SELECT array_agg(a.lexeme) INTO crossed
           FROM (SELECT lex.lexeme, count(*) AS n
                   FROM new_rows nr, unnest(nr.tsv) AS lex
                  GROUP BY lex.lexeme) a
           JOIN kb.term_stats t ON t.lexeme = a.lexeme
          WHERE t.df > 1000 AND t.df - a.n <= 1000;
+        IF crossed IS NOT NULL THEN
+            INSERT INTO kb.term_postings (lexeme, impact, chunk_id)
+            SELECT i.lexeme, i.impact, c.id
+              FROM kb.chunks c, kb.term_impacts(c.tsv) AS i, unnest(crossed) AS x(lexeme)
+             WHERE c.tsv @@ (SELECT string_agg('''' || replace(replace(l, '\', '\\'), '''', '''''')
+                                               || '''', ' | ')::tsquery
+                               FROM unnest(crossed) AS l)
+               AND i.lexeme = x.lexeme;
+        END IF;
         INSERT INTO kb.term_postings (lexeme, impact, chunk_id)
         SELECT i.lexeme, i.impact, nr.id
           FROM new_rows nr, kb.term_impacts(nr.tsv) AS i, kb.term_stats t
          WHERE t.lexeme = i.lexeme AND t.df > 1000
-           AND NOT (i.lexeme = ANY (coalesce(crossed, '{}')));
-        IF crossed IS NOT NULL THEN
-            INSERT INTO kb.term_postings (lexeme, impact, chunk_id)
-            SELECT i.lexeme, i.impact, c.id
-              FROM kb.chunks c, kb.term_impacts(c.tsv) AS i
-             WHERE c.tsv @@ (SELECT string_agg('''' || replace(replace(l, '\', '\\'), '''', '''''')
-                                               || '''', ' | ')::tsquery
-                               FROM unnest(crossed) AS l)
-               AND i.lexeme = ANY (crossed);
-        END IF;
+        ON CONFLICT DO NOTHING;
     END IF;
 
     IF delta_count <> 0 OR delta_length <> 0 THEN
