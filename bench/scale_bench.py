@@ -464,8 +464,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     queries = real_queries(args.queries, claims)
     started = time.perf_counter()
-    embedder = get_embedder(Settings(embedding_model=model, embedding_dims=dims))
-    qvecs = [Vector(v) for v in embedder.embed(queries)]
+    cache = args.json.with_suffix(".queries.json")  # the query vectors, reused by a re-run
+    cached = json.loads(cache.read_text()) if cache.exists() else {}
+    if cached.get("model") != model or cached.get("queries") != queries:
+        embedder = get_embedder(Settings(embedding_model=model, embedding_dims=dims))
+        cached = {"model": model, "queries": queries, "vectors": embedder.embed(queries)}
+        cache.write_text(json.dumps(cached))
+    qvecs = [Vector(v) for v in cached["vectors"]]
     print(
         f"{len(queries)} distinct real queries embedded in {time.perf_counter() - started:.0f} s",
         flush=True,

@@ -29,17 +29,18 @@
 --   a. the GIN index for the rarest lexemes, rarest first while their postings together fit
 --      max_postings (sum of their df); the rarest lexeme also when it alone exceeds
 --      max_postings but is held by at most 1,000 chunks;
---   b. for every other lexeme held by more than 1,000 chunks (a common word), its best
---      max_postings / (number of such lexemes) postings (at least match_count) in impact order,
+--   b. for every other lexeme held by more than 1,000 chunks (a common word), its best postings
+--      in impact order: what is left of max_postings after (a), shared equally among these
+--      lexemes, and at least match_count each,
 --      read from kb.term_postings (kb.term_impacts: the BM25 term-frequency part, so a common
 --      word's list starts with the chunks it scores highest in); with category, metadata or
 --      source filters, its best postings among the documents that pass them;
 --   with document_ids, the chunks of those documents holding any query lexeme instead (work
 --   bounded by those documents' size).
 -- The remaining lexemes (too common for the budget, too rare for a list) generate nothing but
--- count in every candidate's score. So the postings read are at most about 2 * max_postings
--- (+ 1,000), however common the words: 'the chapter' or 'data table function' cost what a
--- rare word costs. Scores are exact BM25 over each candidate; a chunk is missed only when it is
+-- count in every candidate's score. So the postings read are at most max_postings (or the
+-- rarest lexeme's 1,000) + match_count per common word, however common the words: 'chapter' or
+-- 'data table function' cost what a rare word costs. Scores are exact BM25 over each candidate; a chunk is missed only when it is
 -- below the cut of each common list it is on and holds no rarer query word.
 -- max_postings is clamped to 100,000 (NULL or larger values act as 100,000: on a corpus whose
 -- lexemes are each held by fewer chunks, every posting is read, the exact BM25 ranking),
@@ -84,6 +85,7 @@ DECLARE
     filtered boolean;
     candidate_query tsquery;
     listed text[];
+    gin_postings bigint;
     per_list integer;
     all_lexemes text[];
 BEGIN
@@ -117,8 +119,9 @@ BEGIN
     -- impact-ordered lists (b)
     SELECT string_agg('''' || replace(replace(t.lexeme, '\', '\\'), '''', '''''') || '''', ' | ')
                FILTER (WHERE t.gin)::tsquery,
-           array_agg(t.lexeme) FILTER (WHERE NOT t.gin AND t.df > 1000)
-      INTO candidate_query, listed
+           array_agg(t.lexeme) FILTER (WHERE NOT t.gin AND t.df > 1000),
+           coalesce(sum(t.df) FILTER (WHERE t.gin), 0)
+      INTO candidate_query, listed, gin_postings
       FROM (SELECT s.lexeme, s.df,
                    s.running <= max_postings OR (s.running = s.df AND s.df <= 1000) AS gin
               FROM (SELECT l.lexeme, coalesce(ts.df, 0) AS df,
@@ -129,7 +132,8 @@ BEGIN
         candidate_query := q.any_query;  -- the given documents' chunks: bounded by their size
         listed := NULL;
     END IF;
-    per_list := greatest(max_postings / greatest(cardinality(listed), 1), match_count);
+    per_list := greatest((max_postings - gin_postings) / greatest(cardinality(listed), 1),
+                         match_count);
     IF use_bm25 THEN
         -- average chunk length in distinct lexemes: sum of df over all lexemes = sum of length(tsv)
         SELECT greatest(s.total_lexemes, 1)::double precision / n_chunks INTO avgdl
