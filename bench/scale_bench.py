@@ -446,6 +446,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--json", type=Path, default=Path("scale_bench.json"))
     parser.add_argument("--keep", action="store_true", help="keep the pgkb_scale_* databases")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="measure again the databases a --keep run built (build figures from its --json)",
+    )
     args = parser.parse_args(argv)
 
     from pgvector import Vector
@@ -479,10 +484,21 @@ def main(argv: list[str] | None = None) -> None:
 
     from loader.db.connect import connect
 
-    results: dict[str, Any] = {"model": model, "queries": len(queries), "sizes": {}}
+    previous = json.loads(args.json.read_text()) if args.reuse and args.json.exists() else {}
+    results: dict[str, Any] = {
+        "model": model,
+        "queries": len(queries),
+        "sizes": dict(previous.get("sizes", {})),
+    }
     for size in [int(s) for s in args.sizes.split(",")]:
         print(f"\n== {size} chunks", flush=True)
-        url, figures = build(admin, size, texts + sci_texts, vectors, model, dims)
+        built = previous.get("sizes", {}).get(str(size))
+        if args.reuse and built:  # measure the corpus a previous --keep run built, again
+            url = with_dbname(admin, f"pgkb_scale_{size}")
+            figures = {k: built[k] for k in built if k.startswith(("c", "h", "v", "s", "d"))}
+            figures.pop("concurrent", None)
+        else:
+            url, figures = build(admin, size, texts + sci_texts, vectors, model, dims)
         print(f"    built: {json.dumps({k: v for k, v in figures.items() if k != 'storage'})}")
         print(f"    storage: {json.dumps(figures['storage'])}", flush=True)
         with connect(url, autocommit=True) as conn:

@@ -85,6 +85,7 @@ DECLARE
     filtered boolean;
     candidate_query tsquery;
     listed text[];
+    listed_ids bigint[];
     gin_postings bigint;
     per_list integer;
     all_lexemes text[];
@@ -134,6 +135,23 @@ BEGIN
     END IF;
     per_list := greatest((max_postings - gin_postings) / greatest(cardinality(listed), 1),
                          match_count);
+    IF listed IS NOT NULL THEN
+        -- each common lexeme's best postings (impact order, index only), passing the filters
+        SELECT array_agg(p.chunk_id) INTO listed_ids
+          FROM unnest(listed) AS l(lexeme)
+          CROSS JOIN LATERAL (
+              SELECT tp.chunk_id
+                FROM kb.term_postings tp
+               WHERE tp.lexeme = l.lexeme
+                 AND (NOT filtered OR EXISTS (
+                         SELECT 1 FROM kb.chunks c JOIN kb.documents d ON d.id = c.document_id
+                          WHERE c.id = tp.chunk_id
+                            AND (f.category IS NULL OR d.category = ANY (f.category))
+                            AND (f.metadata IS NULL OR d.metadata @> f.metadata)
+                            AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)))
+               ORDER BY tp.impact DESC, tp.chunk_id DESC
+               LIMIT per_list) p;
+    END IF;
     IF use_bm25 THEN
         -- average chunk length in distinct lexemes: sum of df over all lexemes = sum of length(tsv)
         SELECT greatest(s.total_lexemes, 1)::double precision / n_chunks INTO avgdl
@@ -147,30 +165,10 @@ BEGIN
           FROM unnest(q.lexemes) AS l(lexeme)
           LEFT JOIN kb.term_stats ts ON ts.lexeme = l.lexeme
     ),
-    candidates AS MATERIALIZED (
-        SELECT c.id
-          FROM kb.chunks c
-         WHERE candidate_query IS NOT NULL AND c.tsv @@ candidate_query
-           AND (document_ids IS NULL OR c.document_id = ANY (document_ids))
-        UNION
-        SELECT p.chunk_id
-          FROM unnest(listed) AS l(lexeme)
-          CROSS JOIN LATERAL (
-              SELECT tp.chunk_id
-                FROM kb.term_postings tp
-               WHERE tp.lexeme = l.lexeme
-                 AND (NOT filtered OR EXISTS (
-                         SELECT 1 FROM kb.chunks c JOIN kb.documents d ON d.id = c.document_id
-                          WHERE c.id = tp.chunk_id
-                            AND (f.category IS NULL OR d.category = ANY (f.category))
-                            AND (f.metadata IS NULL OR d.metadata @> f.metadata)
-                            AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)))
-               ORDER BY tp.impact DESC, tp.chunk_id DESC
-               LIMIT per_list) p
-    ),
     matched AS MATERIALIZED (
         -- one pass over each candidate's tsv: its length in distinct lexemes, and the positions
-        -- of the query's lexemes only (marked B, then filtered), in the whole chunk and in the heading
+        -- of the query's lexemes only (marked B, then filtered), in the whole chunk and in the
+        -- heading; candidates through the GIN index (a) or by id from the lists (b): a BitmapOr
         SELECT c.id,
                CASE WHEN use_bm25 THEN length(c.tsv) END AS dl,
                ts_filter(setweight(c.tsv, 'B', all_lexemes), '{b}') AS hits,
@@ -178,9 +176,10 @@ BEGIN
                     THEN ts_filter(setweight(ts_filter(c.tsv, '{a}'), 'B', q.lexemes), '{b}') END AS heading_hits,
                CASE WHEN NOT use_bm25 THEN ts_rank(c.tsv, q.any_query)::double precision END AS plain_rank,
                c.heading_path, c.content
-          FROM candidates k
-          JOIN kb.chunks c ON c.id = k.id
-         WHERE (NOT filtered OR EXISTS (
+          FROM kb.chunks c
+         WHERE (c.tsv @@ candidate_query OR c.id = ANY (listed_ids))
+           AND (document_ids IS NULL OR c.document_id = ANY (document_ids))
+           AND (NOT filtered OR EXISTS (
                    SELECT 1 FROM kb.documents d
                     WHERE d.id = c.document_id
                       AND (f.category IS NULL OR d.category = ANY (f.category))
