@@ -63,29 +63,38 @@ BEGIN
          ORDER BY lex.lexeme
         ON CONFLICT (lexeme) DO UPDATE SET df = t.df + excluded.df;
 
-        -- lexemes this statement took past 1,000 chunks get their whole list (the new chunks
-        -- included); then every common lexeme gets the new chunks' postings (those of the
-        -- lexemes just listed are there already)
+        -- the new chunks' postings of every lexeme now held by more than 1,000 chunks (sorted:
+        -- a bulk load appends to the index instead of inserting at random places) ...
+        INSERT INTO kb.term_postings (lexeme, impact, chunk_id)
+        SELECT i.lexeme, i.impact, nr.id
+          FROM new_rows nr, kb.term_impacts(nr.tsv) AS i, kb.term_stats t
+         WHERE t.lexeme = i.lexeme AND t.df > 1000
+         ORDER BY 1, 2, 3;
+        -- ... and, for the lexemes this statement took past 1,000, the postings of the chunks
+        -- stored before it: through the GIN index for a few such lexemes (an incremental
+        -- ingest), by one pass over the chunks for many (a bulk load)
         SELECT array_agg(a.lexeme) INTO crossed
           FROM (SELECT lex.lexeme, count(*) AS n
                   FROM new_rows nr, unnest(nr.tsv) AS lex
                  GROUP BY lex.lexeme) a
           JOIN kb.term_stats t ON t.lexeme = a.lexeme
          WHERE t.df > 1000 AND t.df - a.n <= 1000;
-        IF crossed IS NOT NULL THEN
+        IF cardinality(crossed) <= 16 THEN
             INSERT INTO kb.term_postings (lexeme, impact, chunk_id)
             SELECT i.lexeme, i.impact, c.id
-              FROM kb.chunks c, kb.term_impacts(c.tsv) AS i, unnest(crossed) AS x(lexeme)
+              FROM kb.chunks c, kb.term_impacts(c.tsv) AS i
              WHERE c.tsv @@ (SELECT string_agg('''' || replace(replace(l, '\', '\\'), '''', '''''')
                                                || '''', ' | ')::tsquery
                                FROM unnest(crossed) AS l)
-               AND i.lexeme = x.lexeme;
+               AND i.lexeme = ANY (crossed)
+               AND NOT EXISTS (SELECT 1 FROM new_rows nr WHERE nr.id = c.id);
+        ELSIF crossed IS NOT NULL THEN
+            INSERT INTO kb.term_postings (lexeme, impact, chunk_id)
+            SELECT i.lexeme, i.impact, c.id
+              FROM kb.chunks c, kb.term_impacts(c.tsv) AS i, unnest(crossed) AS x(lexeme)
+             WHERE i.lexeme = x.lexeme
+               AND NOT EXISTS (SELECT 1 FROM new_rows nr WHERE nr.id = c.id);
         END IF;
-        INSERT INTO kb.term_postings (lexeme, impact, chunk_id)
-        SELECT i.lexeme, i.impact, nr.id
-          FROM new_rows nr, kb.term_impacts(nr.tsv) AS i, kb.term_stats t
-         WHERE t.lexeme = i.lexeme AND t.df > 1000
-        ON CONFLICT DO NOTHING;
     END IF;
 
     IF delta_count <> 0 OR delta_length <> 0 THEN

@@ -95,3 +95,27 @@ def test_a_common_word_reads_its_list_with_the_exact_ranking(
         "SELECT count(*) FROM kb.keyword_search('chapter', 20, '{\"category\": \"nowhere\"}')"
     ).fetchone()
     assert none == (0,)
+
+
+def test_many_lexemes_passing_at_once_are_listed_by_one_pass(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """More than 16 lexemes crossing 1,000 in one statement: the pass over the stored chunks."""
+    doc = uuid.uuid4()
+    conn.execute(
+        "INSERT INTO kb.documents (id, source_uri, title, content_sha) "
+        "VALUES (%s, 'mem://m', 't', 'x')",
+        (doc,),
+    )
+    words = " ".join(f"word{chr(97 + k)}" for k in range(20))
+    for start, n in ((0, 900), (900, 150)):
+        with conn.cursor().copy(
+            "COPY kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
+            "token_count) FROM STDIN"
+        ) as copy:
+            for i in range(start, start + n):
+                copy.write_row((doc, i, "", f"{words} {'chapter ' * (i % 3)}", f"s{i}", 25))
+    stored = _stored(conn)
+    assert stored == _expected(conn)
+    lexemes = {lexeme for lexeme, _, _ in stored}  # the English stemmer merges a few words
+    assert len(lexemes) > 16 and len(stored) == len(lexemes) * 1050
