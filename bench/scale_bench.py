@@ -355,6 +355,25 @@ def keyword_extremes(conn: psycopg.Connection[Any], long_queries: list[str]) -> 
     return out
 
 
+def keyword_agreement(conn: psycopg.Connection[Any], queries: list[str]) -> dict:
+    """The bounded keyword leg against the exact sum (max_postings => NULL) on every query:
+    share of the exact top 20 it returns, and queries whose top 10 differ at all."""
+    overlap, differ = [], 0
+    for q in queries:
+        bounded = [r[0] for r in conn.execute(LEGS["keyword"], {"q": q})]
+        exact = [r[0] for r in conn.execute(EXACT_KEYWORD, {"q": q})]
+        if exact:
+            overlap.append(len(set(bounded) & set(exact)) / len(exact))
+        differ += bounded[:10] != exact[:10]
+    out = {
+        "queries": len(queries),
+        "top20_overlap": round(statistics.fmean(overlap), 4),
+        "top10_differs": differ,
+    }
+    print(f"    keyword bounded vs exact: {out}", flush=True)
+    return out
+
+
 def recall(conn: psycopg.Connection[Any], qvecs: list[Any], dims: int) -> dict:
     exact_sql = (
         f"SELECT e.chunk_id FROM kb.embeddings e JOIN kb.chunks c ON c.id = e.chunk_id "
@@ -504,6 +523,7 @@ def main(argv: list[str] | None = None) -> None:
         with connect(url, autocommit=True) as conn:
             figures["one_client"] = one_client(conn, queries, qvecs)
             figures["keyword_extremes"] = keyword_extremes(conn, long_queries)
+            figures["keyword_agreement"] = keyword_agreement(conn, queries)
             figures["recall"] = recall(conn, qvecs[: args.recall_queries], dims)
             longest = queries.index(long_queries[0])
             figures["plans"] = plans(
