@@ -228,6 +228,16 @@ CREATE TABLE kb.settings (
 -- comment: TABLE settings
 COMMENT ON TABLE kb.settings IS 'Derived settings stored with the knowledge base (e.g. calibrated thresholds), by key.';
 
+-- table: term_postings
+CREATE TABLE kb.term_postings (
+    lexeme text NOT NULL,
+    impact real NOT NULL,
+    chunk_id bigint NOT NULL
+);
+
+-- comment: TABLE term_postings
+COMMENT ON TABLE kb.term_postings IS 'Impact-ordered postings of the lexemes held by more than 1000 chunks (impact: kb.term_impacts), kept current by the statistics trigger on kb.chunks; kb.keyword_search reads a common word''s best chunks from it.';
+
 -- table: term_stats
 CREATE TABLE kb.term_stats (
     lexeme text NOT NULL,
@@ -289,6 +299,10 @@ ALTER TABLE ONLY kb.ingest_runs
 -- constraint: settings settings_pkey
 ALTER TABLE ONLY kb.settings
     ADD CONSTRAINT settings_pkey PRIMARY KEY (key);
+
+-- constraint: term_postings term_postings_pkey
+ALTER TABLE ONLY kb.term_postings
+    ADD CONSTRAINT term_postings_pkey PRIMARY KEY (lexeme, impact, chunk_id);
 
 -- constraint: term_stats term_stats_pkey
 ALTER TABLE ONLY kb.term_stats

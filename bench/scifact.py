@@ -224,7 +224,7 @@ def cmd_keyword(args: argparse.Namespace) -> None:
         queries = dict(list(queries.items())[: args.limit])
     _header()
     with psycopg.connect(server_url(args.db)) as conn:
-        for ranking in ("ts_rank", "bm25"):
+        for ranking in args.rankings.split(","):
             m = evaluate(
                 conn,
                 KEYWORD,
@@ -375,6 +375,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--b", type=_floats, default=[0.75])
     parser.add_argument("--heading", type=_floats, default=[1.0])
     parser.add_argument("--limit", type=int, default=0, help="first N queries only")
+    parser.add_argument("--rankings", default="ts_rank,bm25", help="keyword: rankings to run")
     parser.add_argument("--cands", type=_ints, default=[20, 40, 100], help="fusion: candidates")
     parser.add_argument("--rrf-k", type=_ints, default=[60, 20, 5], help="fusion: RRF k")
     parser.add_argument(

@@ -112,9 +112,7 @@ def one_line(value: object) -> str:
     return printable(text)
 
 
-_JSON_UNSAFE = re.compile(
-    "[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
-)
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 
 
 def json_text(data: Any) -> str:

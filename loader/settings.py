@@ -54,6 +54,11 @@ class Settings:
     # --- database ---------------------------------------------------------------------------
     database_url: str | None = None
     """PostgreSQL URL. Unset: pgkb starts (or reuses) its embedded server in ``data_dir``."""
+    read_database_url: str | None = None
+    """PostgreSQL URL that the read-only commands and functions (search, ask, docs, graph, stats,
+    stale, models list) use, e.g. a streaming hot standby of ``database_url`` (or a libpq URL
+    with several hosts and ``target_session_attrs=prefer-standby``). Writes (ingest, remove,
+    models add/activate, db upgrade) always go to ``database_url``. Unset: reads go there too."""
     data_dir: Path = dataclasses.field(default_factory=_user_data_dir)
     """Where the embedded server keeps its data (``pgdata/``)."""
 
@@ -425,7 +430,13 @@ def _find_config_file(
     return None
 
 
-URL_SETTINGS = ("database_url", "embedding_base_url", "chat_base_url", "rerank_base_url")
+URL_SETTINGS = (
+    "database_url",
+    "read_database_url",
+    "embedding_base_url",
+    "chat_base_url",
+    "rerank_base_url",
+)
 """Settings that decide where pgkb connects (and so where data and keys go)."""
 
 

@@ -27,12 +27,26 @@
 --   4. ties by chunk_id.
 -- k1 < 0, b outside [0, 1], heading_weight < 0, or any of them NULL, NaN or infinite raise
 -- (invalid_parameter_value).
--- Work bound: every candidate's tsv is read, so when the query's lexemes together occur in more
--- than max_postings chunks (sum of their df), the most common lexemes (highest df first) stop
--- generating candidates until the rest fit; they still count in every candidate's score, and
--- the rarest lexeme always generates. A chunk holding only such common words scores little.
--- max_postings is clamped to 100,000 (NULL or larger values act as 100,000), match_count to
--- 1,000: a caller cannot ask for unbounded work.
+-- Work bound, whatever the query: every candidate's tsv is read, so candidates come from
+--   a. the GIN index for the rarest lexemes, rarest first while their postings together fit
+--      max_postings (sum of their df); the rarest lexeme also when it alone exceeds
+--      max_postings but is held by at most 1,000 chunks;
+--   b. for every other lexeme held by more than 1,000 chunks (a common word), its best postings
+--      in impact order: what is left of max_postings after (a), shared equally among these
+--      lexemes, and at least match_count each,
+--      read from kb.term_postings (kb.term_impacts: the BM25 term-frequency part, so a common
+--      word's list starts with the chunks it scores highest in); with category, metadata or
+--      source filters, its best postings among the documents that pass them;
+--   with document_ids, the chunks of those documents holding any query lexeme instead (work
+--   bounded by those documents' size).
+-- The remaining lexemes (too common for the budget, too rare for a list) generate nothing but
+-- count in every candidate's score. So the postings read are at most max_postings (or the
+-- rarest lexeme's 1,000) + match_count per common word, however common the words: 'chapter' or
+-- 'data table function' cost what a rare word costs. Scores are exact BM25 over each candidate; a chunk is missed only when it is
+-- below the cut of each common list it is on and holds no rarer query word.
+-- max_postings is clamped to 100,000 (NULL or larger values act as 100,000: on a corpus whose
+-- lexemes are each held by fewer chunks, every posting is read, the exact BM25 ranking),
+-- match_count to 1,000: a caller cannot ask for unbounded work.
 -- strict_match tells whether the chunk matches the strict query (whatever the ranking did with
 -- it). rank counts from 1. filters: see kb.search_filters (category, metadata, source); document_ids
 -- restricts to those documents. Any query_text returns rows or no rows, never an error; an
@@ -72,6 +86,10 @@ DECLARE
     use_bm25 boolean;
     filtered boolean;
     candidate_query tsquery;
+    listed text[];
+    listed_ids bigint[];
+    gin_postings bigint;
+    per_list integer;
     all_lexemes text[];
 BEGIN
     IF keyword_ranking IS NULL OR keyword_ranking NOT IN ('bm25', 'ts_rank') THEN
@@ -102,17 +120,41 @@ BEGIN
     all_lexemes := q.lexemes || coalesce(q.negated, '{}');
     filtered := f.category IS NOT NULL OR f.metadata IS NOT NULL OR f.source_pattern IS NOT NULL;
     SELECT greatest(s.chunk_count, 1)::double precision INTO n_chunks FROM kb.corpus_stats s;
-    -- the lexemes that generate candidates: rarest first, while their postings fit max_postings
-    SELECT string_agg('''' || replace(replace(t.lexeme, '\', '\\'), '''', '''''') || '''', ' | ')::tsquery
-      INTO candidate_query
-      FROM (SELECT l.lexeme, coalesce(ts.df, 0) AS df,
-                   sum(coalesce(ts.df, 0)) OVER (ORDER BY coalesce(ts.df, 0), l.lexeme) AS running
-              FROM unnest(q.lexemes) AS l(lexeme)
-              LEFT JOIN kb.term_stats ts ON ts.lexeme = l.lexeme) t
-     WHERE t.running <= max_postings
-        OR t.running = t.df;  -- the rarest lexeme always generates
-    IF candidate_query IS NULL THEN
-        candidate_query := q.any_query;
+    -- the lexemes that generate through the GIN index (a), and the common ones read from their
+    -- impact-ordered lists (b)
+    SELECT string_agg('''' || replace(replace(t.lexeme, '\', '\\'), '''', '''''') || '''', ' | ')
+               FILTER (WHERE t.gin)::tsquery,
+           array_agg(t.lexeme) FILTER (WHERE NOT t.gin AND t.df > 1000),
+           coalesce(sum(t.df) FILTER (WHERE t.gin), 0)
+      INTO candidate_query, listed, gin_postings
+      FROM (SELECT s.lexeme, s.df,
+                   s.running <= max_postings OR (s.running = s.df AND s.df <= 1000) AS gin
+              FROM (SELECT l.lexeme, coalesce(ts.df, 0) AS df,
+                           sum(coalesce(ts.df, 0)) OVER (ORDER BY coalesce(ts.df, 0), l.lexeme) AS running
+                      FROM unnest(q.lexemes) AS l(lexeme)
+                      LEFT JOIN kb.term_stats ts ON ts.lexeme = l.lexeme) s) t;
+    IF document_ids IS NOT NULL THEN
+        candidate_query := q.any_query;  -- the given documents' chunks: bounded by their size
+        listed := NULL;
+    END IF;
+    per_list := greatest((max_postings - gin_postings) / greatest(cardinality(listed), 1),
+                         match_count);
+    IF listed IS NOT NULL THEN
+        -- each common lexeme's best postings (impact order, index only), passing the filters
+        SELECT array_agg(p.chunk_id) INTO listed_ids
+          FROM unnest(listed) AS l(lexeme)
+          CROSS JOIN LATERAL (
+              SELECT tp.chunk_id
+                FROM kb.term_postings tp
+               WHERE tp.lexeme = l.lexeme
+                 AND (NOT filtered OR EXISTS (
+                         SELECT 1 FROM kb.chunks c JOIN kb.documents d ON d.id = c.document_id
+                          WHERE c.id = tp.chunk_id
+                            AND (f.category IS NULL OR d.category = ANY (f.category))
+                            AND (f.metadata IS NULL OR d.metadata @> f.metadata)
+                            AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)))
+               ORDER BY tp.impact DESC, tp.chunk_id DESC
+               LIMIT per_list) p;
     END IF;
     IF use_bm25 THEN
         -- average chunk length in distinct lexemes: sum of df over all lexemes = sum of length(tsv)
@@ -129,7 +171,8 @@ BEGIN
     ),
     matched AS MATERIALIZED (
         -- one pass over each candidate's tsv: its length in distinct lexemes, and the positions
-        -- of the query's lexemes only (marked B, then filtered), in the whole chunk and in the heading
+        -- of the query's lexemes only (marked B, then filtered), in the whole chunk and in the
+        -- heading; candidates through the GIN index (a) or by id from the lists (b): a BitmapOr
         SELECT c.id,
                CASE WHEN use_bm25 THEN length(c.tsv) END AS dl,
                ts_filter(setweight(c.tsv, 'B', all_lexemes), '{b}') AS hits,
@@ -138,7 +181,7 @@ BEGIN
                CASE WHEN NOT use_bm25 THEN ts_rank(c.tsv, q.any_query)::double precision END AS plain_rank,
                c.heading_path, c.content
           FROM kb.chunks c
-         WHERE c.tsv @@ candidate_query
+         WHERE (c.tsv @@ candidate_query OR c.id = ANY (listed_ids))
            AND (document_ids IS NULL OR c.document_id = ANY (document_ids))
            AND (NOT filtered OR EXISTS (
                    SELECT 1 FROM kb.documents d

@@ -148,7 +148,7 @@ UNPARSED = [
 def test_urls_libpq_cannot_parse_never_print_a_password(url: str, tmp_path: Path) -> None:
     """libpq quotes the whole string it could not parse in its error; ``doctor`` (text and
     ``--json``) and every other command printed that copy."""
-    assert SECRET not in redact(f"missing \"=\" after \"{url}\" in connection info string")
+    assert SECRET not in redact(f'missing "=" after "{url}" in connection info string')
     env = {"PGKB_DATABASE_URL": url, "PGKB_DATA_DIR": str(tmp_path / "data")}
     runner = CliRunner()
     for args in (["doctor"], ["doctor", "--json"], ["db", "status"], ["search", "x"]):

@@ -24,7 +24,7 @@ def reader_connection(settings: Settings) -> Iterator[psycopg.Connection[Any]]:
     from loader.db import queries
     from loader.db.session import connection
 
-    with connection(settings) as conn:
+    with connection(settings, read=True) as conn:
         conn.autocommit = True
         conn.execute(queries.SESSION_READ_ONLY)
         conn.read_only = True

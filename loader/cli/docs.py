@@ -25,7 +25,7 @@ def list_command(app: App, category: str | None, as_json: bool) -> None:
     from loader.db.session import connection
     from loader.graph.catalogue import list_documents
 
-    with connection(app.settings()) as conn:
+    with connection(app.settings(), read=True) as conn:
         rows = list_documents(conn, category)
     if as_json:
         emit_json(rows)
@@ -60,7 +60,7 @@ def show_command(app: App, document: str, as_json: bool) -> None:
     from loader.db.session import connection
     from loader.graph.catalogue import find_document, show_document
 
-    with connection(app.settings()) as conn:
+    with connection(app.settings(), read=True) as conn:
         info = show_document(conn, find_document(conn, document))
     if as_json:
         emit_json(info)

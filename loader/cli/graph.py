@@ -60,7 +60,7 @@ def graph(
     from loader.db.session import connection
     from loader.graph.catalogue import explore, find_document
 
-    with connection(app.settings()) as conn:
+    with connection(app.settings(), read=True) as conn:
         start = find_document(conn, document)
         nodes = explore(
             conn,

@@ -133,6 +133,10 @@ def _usage_hint(exc: click.ClickException) -> str:
     "database_url",
     help="PostgreSQL URL; unset: pgkb's embedded server in the data directory.",
 )
+@setting_option(
+    "read_database_url",
+    help="PostgreSQL URL for the read-only commands (a hot standby, say); unset: database_url.",
+)
 @setting_option("data_dir", help="Where the embedded server keeps its data.")
 @click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)
 @click.version_option(package_name="pgkb", prog_name="pgkb")
@@ -141,13 +145,21 @@ def cli(
     ctx: click.Context,
     config_file: str | None,
     database_url: str | None,
+    read_database_url: str | None,
     data_dir: str | None,
     verbose: int,
 ) -> None:
     """pgkb: a knowledge base inside PostgreSQL: documents in, cited answers out."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    ctx.obj = App(config_file, {"database_url": database_url, "data_dir": data_dir})
+    ctx.obj = App(
+        config_file,
+        {
+            "database_url": database_url,
+            "read_database_url": read_database_url,
+            "data_dir": data_dir,
+        },
+    )
 
 
 # --- the commands, one module each under loader/cli/, registered here one line each -------------

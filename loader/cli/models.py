@@ -25,7 +25,7 @@ def models_list(app: App, as_json: bool) -> None:
     from loader.db.session import connection
     from loader.ops.models import list_models
 
-    with connection(app.settings()) as conn:
+    with connection(app.settings(), read=True) as conn:
         found = list_models(conn)
     if as_json:
         emit_json([m.to_dict() for m in found])

@@ -30,7 +30,7 @@ def stale(app: App, older_than: str, as_json: bool) -> None:
     from loader.ops.removal import parse_interval
     from loader.ops.removal import stale as find_stale
 
-    with connection(app.settings()) as conn:
+    with connection(app.settings(), read=True) as conn:
         interval = parse_interval(conn, older_than)
         rows = find_stale(conn, interval)
     if as_json:

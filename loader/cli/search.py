@@ -106,7 +106,8 @@ def search(
         from loader.providers.embeddings import get_embedder
 
         embedding = get_embedder(settings).embed_query(text)
-    with connection(settings) as conn:  # a failed rerank: a warning on stderr, fused order
+    # a failed rerank: a warning on stderr, the fused order kept
+    with connection(settings, read=True) as conn:
         hits = run_search(
             conn,
             text,

@@ -26,7 +26,7 @@ def stats(app: App, runs: int, as_json: bool) -> None:
     from loader.ops.stats import render
     from loader.ops.stats import stats as read_stats
 
-    with connection(app.settings()) as conn:
+    with connection(app.settings(), read=True) as conn:
         data = read_stats(conn, runs)
     if as_json:
         emit_json(data)

@@ -1,6 +1,7 @@
 """Reaching the database: which URL, and a psycopg connection with pgvector's types.
 
-``database_url`` picks the database (``PGKB_DATABASE_URL`` or the embedded default), ``connect``
+``database_url`` picks the database (``PGKB_DATABASE_URL`` or the embedded default; for reads,
+``PGKB_READ_DATABASE_URL`` when set), ``connect``
 opens a psycopg connection with pgvector's types registered. ``SCHEMA`` is the one name of pgkb's
 schema on the Python side (the frozen ``loader.migration_ops`` keeps its own copy, see
 ``sql_functions/README.md``).
@@ -28,8 +29,13 @@ def redact(url: str) -> str:
     return redact_secrets(url)
 
 
-def database_url(settings: Settings) -> str:
-    """The URL in use: ``settings.database_url``, else the embedded server (started if needed)."""
+def database_url(settings: Settings, *, read: bool = False) -> str:
+    """The URL in use: ``settings.database_url``, else the embedded server (started if needed).
+
+    ``read=True`` (a connection that only reads) gives ``settings.read_database_url`` when it is
+    set (a hot standby, say); writes never ask for it."""
+    if read and settings.read_database_url:
+        return settings.read_database_url
     if settings.database_url:
         return settings.database_url
     from loader.db.embedded import ensure_server

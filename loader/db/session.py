@@ -14,9 +14,14 @@ from loader.settings import Settings
 
 
 @contextmanager
-def connection(settings: Settings, *, check: bool = True) -> Iterator[psycopg.Connection[Any]]:
-    """A connection to the configured database whose ``kb`` schema is at head."""
-    url = database_url(settings)
+def connection(
+    settings: Settings, *, check: bool = True, read: bool = False
+) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to the configured database whose ``kb`` schema is at head.
+
+    ``read=True``: the caller only reads, so the connection goes to ``read_database_url`` when
+    it is set (a hot standby); every other connection goes to the primary (``database_url``)."""
+    url = database_url(settings, read=read)
     conn = connect(url, register=False)
     try:
         if check:

@@ -1,0 +1,580 @@
+"""How pgkb's cost grows with the corpus: synthetic-but-real corpora of N chunks built with COPY,
+then latency of each retrieval leg, HNSW recall, ingestion throughput and storage per chunk.
+
+    python bench/scale_bench.py --source URL --sizes 10000,100000 [--scifact DIR] \
+        [--queries 500] [--json scale.json] [--keep]
+
+--source is a pgkb database with real chunks and real embeddings of the active model (the whole
+manual ingested with all-MiniLM-L6-v2); it is only read. The corpora are built on the same
+server, in databases `pgkb_scale_<N>` (replaced on each run; dropped unless --keep):
+
+- text: the source's chunks (heading path and content), then the SciFact abstracts of --scifact
+  (BEIR corpus.jsonl: title as heading, abstract as content) when given, repeated until N chunks;
+  every repetition after the first has about 15% of its words replaced by words of another chunk
+  (same vocabulary and word frequencies, different texts);
+- vectors: the source's real vectors for its own chunks at first use; every other chunk gets the
+  real vector of its text's source chunk (for SciFact text: of a source chunk chosen by index)
+  plus Gaussian noise (sigma 0.03 per dimension, cosine about 0.86 to the original), normalised,
+  so the neighbourhoods are those of real sentence vectors, not of uniform noise;
+- documents of 20 chunks; category 'c00' holds 1% of them (the selective filter), c01..c09 the
+  rest.
+
+Loading: kb.documents, kb.chunks (the statistics trigger fills kb.term_stats and
+kb.term_postings in the same statement) and kb.embeddings each by one COPY, the HNSW index
+dropped before and built after (kb.build_model_index), then ANALYZE.
+
+Measured per size (database side: the server's own Execution Time of EXPLAIN (ANALYZE, TIMING
+OFF) for one client; wall time per call over N connections for the concurrent runs):
+- p50/p95/p99 of kb.keyword_search, kb.vector_search and kb.hybrid_search (defaults) over the
+  distinct real queries (the bundled and manual evaluation questions, then SciFact claims), warm;
+  the same with 8 concurrent clients (queries per second);
+- the keyword leg on common words ('chapter', 'table', 'function', 'data') and long queries,
+  bounded (default) and exact (max_postings => NULL: every posting read);
+- HNSW recall@20 against an exact scan at several ef_search, with and without the 1% category
+  filter;
+- COPY throughput (chunks/s, embedding excluded), HNSW build time, storage per chunk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMESPACE = uuid.UUID("0b7c6f2e-5a41-4c1e-9f0a-23b5c0d1e7aa")
+CHUNKS_PER_DOCUMENT = 20
+SIGMA = 0.03
+COMMON = ["chapter", "table", "function", "data"]
+EF_SEARCH = [40, 100, 200, 400]
+
+LEGS = {
+    "keyword": "SELECT * FROM kb.keyword_search(%(q)s, 20)",
+    "vector": "SELECT * FROM kb.vector_search(%(v)s, 20)",
+    "hybrid": "SELECT * FROM kb.hybrid_search(%(q)s, %(v)s)",
+}
+EXACT_KEYWORD = "SELECT * FROM kb.keyword_search(%(q)s, 20, max_postings => NULL)"
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "p50": round(percentile(values, 0.50), 2),
+        "p95": round(percentile(values, 0.95), 2),
+        "p99": round(percentile(values, 0.99), 2),
+        "max": round(max(values), 2),
+        "mean": round(statistics.fmean(values), 2),
+    }
+
+
+def server_ms(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> float:
+    row = conn.execute("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql, params).fetchone()
+    assert row is not None
+    return float(row[0][0]["Execution Time"])
+
+
+# --- the material: real chunks, real vectors, real queries --------------------------------------
+
+
+def read_source(url: str) -> tuple[list[tuple[str, str]], np.ndarray, str, int]:
+    """(heading_path, content) of every chunk with a vector of the active model, the vectors,
+    the model name and its dimensions."""
+    from loader.db.connect import connect
+
+    with connect(url) as conn:
+        model = conn.execute("SELECT id, name, dims FROM kb.active_model()").fetchone()
+        assert model is not None, "the source database has no active model"
+        rows = conn.execute(
+            "SELECT c.heading_path, c.content, e.embedding FROM kb.chunks c "
+            "JOIN kb.embeddings e ON e.chunk_id = c.id AND e.model_id = %s ORDER BY c.id",
+            (model[0],),
+        ).fetchall()
+    texts = [(r[0] or "", r[1]) for r in rows]
+    vectors = np.array([r[2].to_numpy() for r in rows], dtype=np.float32)
+    return texts, vectors, str(model[1]), int(model[2])
+
+
+def read_scifact(folder: Path | None) -> tuple[list[tuple[str, str]], list[str]]:
+    """SciFact abstracts (title, text) and claims, or nothing without --scifact."""
+    if folder is None:
+        return [], []
+    docs = [json.loads(line) for line in (folder / "corpus.jsonl").open(encoding="utf-8")]
+    queries = [json.loads(line)["text"] for line in (folder / "queries.jsonl").open()]
+    return [(d.get("title") or "", d["text"]) for d in docs], queries
+
+
+def real_queries(n: int, claims: list[str]) -> list[str]:
+    """n distinct real questions: the bundled and manual evaluation questions, then claims."""
+    texts: list[str] = []
+    for name in (
+        "questions.json",
+        "questions-holdout.json",
+        "manual/questions-tune.json",
+        "manual/questions-heldout.json",
+    ):
+        path = ROOT / "eval" / name
+        if path.exists():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            items = data["questions"] if isinstance(data, dict) else data
+            texts += [q["question"] for q in items if isinstance(q, dict) and q.get("question")]
+    texts += claims
+    seen: set[str] = set()
+    distinct = [t for t in texts if not (t in seen or seen.add(t))]
+    return distinct[:n]
+
+
+def vary(text: str, donor: str, rnd: random.Random) -> str:
+    """The text with about 15% of its words replaced by words of the donor text."""
+    words = text.split()
+    pool = donor.split() or words
+    for i in range(len(words)):
+        if rnd.random() < 0.15:
+            words[i] = rnd.choice(pool)
+    return " ".join(words)
+
+
+# --- building a corpus ----------------------------------------------------------------------------
+
+
+def build(
+    admin_url: str,
+    size: int,
+    texts: list[tuple[str, str]],
+    vectors: np.ndarray,
+    model: str,
+    dims: int,
+) -> tuple[str, dict[str, Any]]:
+    from loader.db.connect import connect
+    from loader.db.migrations import upgrade
+    from tests.helpers import create_database, drop_database
+
+    name = f"pgkb_scale_{size}"
+    drop_database(admin_url, name)
+    url = create_database(admin_url, name)
+    upgrade(url)
+    rnd = random.Random(size)
+    noise = np.random.default_rng(size)
+    n_real = len(vectors)
+    n_docs = (size + CHUNKS_PER_DOCUMENT - 1) // CHUNKS_PER_DOCUMENT
+    doc_ids = [uuid.uuid5(NAMESPACE, f"{size}/{d}") for d in range(n_docs)]
+    figures: dict[str, Any] = {"chunks": size, "documents": n_docs}
+    with connect(url) as conn:
+        model_id = conn.execute(
+            "SELECT kb.register_model(%s, %s, 'local')", (model, dims)
+        ).fetchone()[0]  # type: ignore[index]
+        conn.execute("SELECT kb.drop_model_index(%s)", (model_id,))
+        conn.commit()
+
+        started = time.perf_counter()
+        with conn.cursor().copy(
+            "COPY kb.documents (id, source_uri, title, content_sha, category) FROM STDIN"
+        ) as copy:
+            for d, did in enumerate(doc_ids):
+                category = "c00" if d % 100 == 0 else f"c0{1 + d % 9}"
+                copy.write_row((did, f"scale://{size}/{d}", f"document {d}", str(d), category))
+        conn.commit()
+        figures["copy_documents_s"] = round(time.perf_counter() - started, 2)
+
+        chunk_vectors = np.empty((size, dims), dtype=np.float32)
+        started = time.perf_counter()
+        with conn.cursor().copy(
+            "COPY kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
+            "token_count) FROM STDIN"
+        ) as copy:
+            for i in range(size):
+                t = i % len(texts)
+                heading, content = texts[t]
+                base = t if t < n_real else t % n_real
+                if i < n_real and t < n_real:  # a source chunk at first use: all real
+                    chunk_vectors[i] = vectors[t]
+                else:
+                    if i >= len(texts):
+                        content = vary(content, texts[rnd.randrange(len(texts))][1], rnd)
+                    noisy = vectors[base] + noise.normal(0, SIGMA, dims).astype(np.float32)
+                    chunk_vectors[i] = noisy / np.linalg.norm(noisy)
+                copy.write_row(
+                    (
+                        doc_ids[i // CHUNKS_PER_DOCUMENT],
+                        i % CHUNKS_PER_DOCUMENT,
+                        heading,
+                        content,
+                        str(i),
+                        len(content.split()),
+                    )
+                )
+        conn.commit()
+        elapsed = time.perf_counter() - started
+        figures["copy_chunks_s"] = round(elapsed, 2)
+        figures["copy_chunks_per_s"] = round(size / elapsed)
+
+        ids = [r[0] for r in conn.execute("SELECT id FROM kb.chunks ORDER BY id")]
+        started = time.perf_counter()
+        with conn.cursor().copy(
+            "COPY kb.embeddings (chunk_id, model_id, embedding) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(["bigint", "integer", "vector"])
+            for cid, vec in zip(ids, chunk_vectors, strict=True):
+                copy.write_row((cid, model_id, vec))
+        conn.commit()
+        elapsed = time.perf_counter() - started
+        figures["copy_embeddings_s"] = round(elapsed, 2)
+        figures["copy_embeddings_per_s"] = round(size / elapsed)
+
+        conn.execute("SET maintenance_work_mem = '512MB'")
+        started = time.perf_counter()
+        conn.execute("SELECT kb.build_model_index(%s)", (model_id,))
+        conn.commit()
+        figures["hnsw_build_s"] = round(time.perf_counter() - started, 2)
+        conn.autocommit = True
+        started = time.perf_counter()
+        conn.execute(
+            "VACUUM ANALYZE kb.documents, kb.chunks, kb.embeddings, kb.term_stats, kb.term_postings"
+        )
+        figures["vacuum_analyze_s"] = round(time.perf_counter() - started, 2)
+        figures["storage"] = storage(conn, size)
+    return url, figures
+
+
+def storage(conn: psycopg.Connection[Any], size: int) -> dict[str, Any]:
+    """Bytes per chunk of each table's heap, TOAST and indexes."""
+    rows = conn.execute(
+        """
+        SELECT c.relname, pg_relation_size(c.oid), coalesce(pg_total_relation_size(
+                   nullif(c.reltoastrelid, 0)), 0),
+               (SELECT coalesce(json_object_agg(i.relname, pg_relation_size(i.oid)), '{}')
+                  FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+                 WHERE x.indrelid = c.oid)
+          FROM pg_class c
+         WHERE c.relnamespace = 'kb'::regnamespace AND c.relkind = 'r'
+           AND c.relname IN ('documents', 'chunks', 'embeddings', 'term_stats', 'term_postings')
+        """
+    ).fetchall()
+    out: dict[str, Any] = {}
+    total = 0
+    for name, heap, toast, indexes in rows:
+        out[name] = {
+            "heap_b_per_chunk": round(heap / size),
+            "toast_b_per_chunk": round(toast / size),
+            "indexes_b_per_chunk": {k: round(v / size) for k, v in indexes.items()},
+        }
+        total += heap + toast + sum(indexes.values())
+    out["total_b_per_chunk"] = round(total / size)
+    out["database_mb"] = round(
+        conn.execute("SELECT pg_database_size(current_database())").fetchone()[0] / 2**20  # type: ignore[index]
+    )
+    return out
+
+
+# --- measuring ------------------------------------------------------------------------------------
+
+
+def one_client(conn: psycopg.Connection[Any], queries: list[str], qvecs: list[Any]) -> dict:
+    out = {}
+    for leg, sql in LEGS.items():
+        for q, v in zip(queries[:20], qvecs[:20], strict=True):  # warm
+            conn.execute(sql, {"q": q, "v": v}).fetchall()
+        times = [
+            server_ms(conn, sql, {"q": q, "v": v}) for q, v in zip(queries, qvecs, strict=True)
+        ]
+        out[leg] = summary(times)
+        print(f"    1 client  {leg:8} {out[leg]}", flush=True)
+    return out
+
+
+def concurrent(url: str, clients: int, queries: list[str], qvecs: list[Any]) -> dict:
+    from loader.db.connect import connect
+
+    out = {}
+    for leg, sql in LEGS.items():
+        times: list[float] = []
+        conns = [connect(url, autocommit=True) for _ in range(clients)]
+
+        def work(
+            k: int, conn: psycopg.Connection[Any], sql: str = sql, times: list[float] = times
+        ) -> None:
+            mine = []
+            for j in range(k, len(queries), clients):
+                t0 = time.perf_counter()
+                conn.execute(sql, {"q": queries[j], "v": qvecs[j]}).fetchall()
+                mine.append((time.perf_counter() - t0) * 1000)
+            times.extend(mine)  # list.extend is atomic under the GIL
+
+        threads = [threading.Thread(target=work, args=(k, c)) for k, c in enumerate(conns)]
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - started
+        for c in conns:
+            c.close()
+        out[leg] = {**summary(times), "qps": round(len(times) / wall, 1)}
+        print(f"    {clients} clients {leg:8} {out[leg]}", flush=True)
+    return out
+
+
+def keyword_extremes(conn: psycopg.Connection[Any], long_queries: list[str]) -> dict:
+    out: dict[str, Any] = {}
+    for word in COMMON:
+        conn.execute(LEGS["keyword"], {"q": word}).fetchall()
+        conn.execute(EXACT_KEYWORD, {"q": word}).fetchall()
+        df = conn.execute("SELECT df FROM kb.query_terms(%s)", (word,)).fetchone()
+        out[word] = {
+            "df": df[0] if df else 0,
+            "bounded_ms": round(
+                min(server_ms(conn, LEGS["keyword"], {"q": word}) for _ in range(3)), 2
+            ),
+            "exact_ms": round(
+                min(server_ms(conn, EXACT_KEYWORD, {"q": word}) for _ in range(3)), 2
+            ),
+        }
+        print(f"    keyword {word!r}: {out[word]}", flush=True)
+    bounded = [server_ms(conn, LEGS["keyword"], {"q": q}) for q in long_queries]
+    exact = [server_ms(conn, EXACT_KEYWORD, {"q": q}) for q in long_queries]
+    out["long"] = {
+        "words": round(statistics.fmean(len(q.split()) for q in long_queries), 1),
+        "bounded": summary(bounded),
+        "exact": summary(exact),
+    }
+    print(f"    keyword long queries: {out['long']}", flush=True)
+    return out
+
+
+def keyword_agreement(conn: psycopg.Connection[Any], queries: list[str]) -> dict:
+    """The bounded keyword leg against the exact sum (max_postings => NULL) on every query:
+    share of the exact top 20 it returns, and queries whose top 10 differ at all."""
+    overlap, differ = [], 0
+    for q in queries:
+        bounded = [r[0] for r in conn.execute(LEGS["keyword"], {"q": q})]
+        exact = [r[0] for r in conn.execute(EXACT_KEYWORD, {"q": q})]
+        if exact:
+            overlap.append(len(set(bounded) & set(exact)) / len(exact))
+        differ += bounded[:10] != exact[:10]
+    out = {
+        "queries": len(queries),
+        "top20_overlap": round(statistics.fmean(overlap), 4),
+        "top10_differs": differ,
+    }
+    print(f"    keyword bounded vs exact: {out}", flush=True)
+    return out
+
+
+def recall(conn: psycopg.Connection[Any], qvecs: list[Any], dims: int) -> dict:
+    exact_sql = (
+        f"SELECT e.chunk_id FROM kb.embeddings e JOIN kb.chunks c ON c.id = e.chunk_id "
+        f"JOIN kb.documents d ON d.id = c.document_id WHERE (%(cat)s::text IS NULL OR "
+        f"d.category = %(cat)s) ORDER BY e.embedding::vector({dims}) <=> %(v)s, e.chunk_id "
+        f"LIMIT 20"
+    )
+    out: dict[str, Any] = {}
+    conn.execute("SET enable_indexscan = off")  # the exact reference: a scan of every vector
+    truth = {
+        cat: [{r[0] for r in conn.execute(exact_sql, {"v": v, "cat": cat})} for v in qvecs]
+        for cat in (None, "c00")
+    }
+    conn.execute("RESET enable_indexscan")
+    for cat in (None, "c00"):
+        filters = json.dumps({"category": cat} if cat else {})
+        for ef in EF_SEARCH:
+            hits, times = [], []
+            for v, true in zip(qvecs, truth[cat], strict=True):
+                params = {"v": v, "f": filters, "ef": ef}
+                sql = (
+                    "SELECT chunk_id FROM kb.vector_search(%(v)s, 20, %(f)s::jsonb, "
+                    "ef_search => %(ef)s)"
+                )
+                got = {r[0] for r in conn.execute(sql, params)}
+                hits.append(len(got & true) / max(len(true), 1))
+                times.append(server_ms(conn, sql, params))
+            key = f"{'category 1%' if cat else 'no filter'}, ef_search {ef}"
+            out[key] = {"recall_at_20": round(statistics.fmean(hits), 4), **summary(times)}
+            print(
+                f"    recall {key}: {out[key]['recall_at_20']} p50 {out[key]['p50']} ms", flush=True
+            )
+    return out
+
+
+def plans(conn: psycopg.Connection[Any], typical: tuple[str, Any], long: tuple[str, Any]) -> dict:
+    """EXPLAIN ANALYZE of the statements inside each leg (auto_explain, nested statements) for a
+    typical query and a worst case: a common word and a long query for the keyword leg, the 1%
+    category filter for the vector leg, the long query for hybrid."""
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    for setting in (
+        "log_min_duration = 0",
+        "log_nested_statements = on",
+        "log_analyze = on",
+        "log_buffers = on",
+        "log_level = notice",
+    ):
+        conn.execute(f"SET auto_explain.{setting}")
+    cases = {
+        "keyword, typical": (LEGS["keyword"], {"q": typical[0]}),
+        "keyword, common word 'chapter'": (LEGS["keyword"], {"q": "chapter"}),
+        "keyword, common word 'chapter', exact (max_postings => NULL)": (
+            EXACT_KEYWORD,
+            {"q": "chapter"},
+        ),
+        "keyword, long query": (LEGS["keyword"], {"q": long[0]}),
+        "vector, typical": (LEGS["vector"], {"v": typical[1]}),
+        "vector, category 1%": (
+            'SELECT * FROM kb.vector_search(%(v)s, 20, \'{"category": "c00"}\')',
+            {"v": typical[1]},
+        ),
+        "hybrid, typical": (LEGS["hybrid"], {"q": typical[0], "v": typical[1]}),
+        "hybrid, long query": (LEGS["hybrid"], {"q": long[0], "v": long[1]}),
+    }
+    out = {}
+    for name, (sql, params) in cases.items():
+        conn.execute(sql, params).fetchall()  # warm
+        notices.clear()
+        conn.execute(sql, params).fetchall()
+        out[name] = {"query": params.get("q"), "plans": list(notices)}
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--source", required=True, help="pgkb database with real chunks+vectors")
+    parser.add_argument(
+        "--server", help="admin URL of the server to build on (default: --source's)"
+    )
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--scifact", type=Path, default=None, help="BEIR SciFact folder")
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--recall-queries", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--json", type=Path, default=Path("scale_bench.json"))
+    parser.add_argument("--keep", action="store_true", help="keep the pgkb_scale_* databases")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="measure again the databases a --keep run built (build figures from its --json)",
+    )
+    args = parser.parse_args(argv)
+
+    from pgvector import Vector
+
+    from loader.providers.embeddings import get_embedder
+    from loader.settings import Settings
+    from tests.helpers import drop_database, with_dbname
+
+    admin = args.server or with_dbname(args.source, "postgres")
+    texts, vectors, model, dims = read_source(args.source)
+    sci_texts, claims = read_scifact(args.scifact)
+    print(
+        f"source: {len(texts)} real chunks with {model} vectors; SciFact: {len(sci_texts)} "
+        f"abstracts, {len(claims)} claims",
+        flush=True,
+    )
+    queries = real_queries(args.queries, claims)
+    started = time.perf_counter()
+    cache = args.json.with_suffix(".queries.json")  # the query vectors, reused by a re-run
+    cached = json.loads(cache.read_text()) if cache.exists() else {}
+    if cached.get("model") != model or cached.get("queries") != queries:
+        embedder = get_embedder(Settings(embedding_model=model, embedding_dims=dims))
+        cached = {"model": model, "queries": queries, "vectors": embedder.embed(queries)}
+        cache.write_text(json.dumps(cached))
+    qvecs = [Vector(v) for v in cached["vectors"]]
+    print(
+        f"{len(queries)} distinct real queries embedded in {time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
+    long_queries = sorted(queries, key=lambda q: -len(q.split()))[:20]
+
+    from loader.db.connect import connect
+
+    previous = json.loads(args.json.read_text()) if args.reuse and args.json.exists() else {}
+    results: dict[str, Any] = {
+        "model": model,
+        "queries": len(queries),
+        "sizes": dict(previous.get("sizes", {})),
+    }
+    for size in [int(s) for s in args.sizes.split(",")]:
+        print(f"\n== {size} chunks", flush=True)
+        built = previous.get("sizes", {}).get(str(size))
+        if args.reuse and built:  # measure the corpus a previous --keep run built, again
+            url = with_dbname(admin, f"pgkb_scale_{size}")
+            figures = {k: built[k] for k in built if k.startswith(("c", "h", "v", "s", "d"))}
+            figures.pop("concurrent", None)
+        else:
+            url, figures = build(admin, size, texts + sci_texts, vectors, model, dims)
+        print(f"    built: {json.dumps({k: v for k, v in figures.items() if k != 'storage'})}")
+        print(f"    storage: {json.dumps(figures['storage'])}", flush=True)
+        with connect(url, autocommit=True) as conn:
+            figures["one_client"] = one_client(conn, queries, qvecs)
+            figures["keyword_extremes"] = keyword_extremes(conn, long_queries)
+            figures["keyword_agreement"] = keyword_agreement(conn, queries)
+            figures["recall"] = recall(conn, qvecs[: args.recall_queries], dims)
+            longest = queries.index(long_queries[0])
+            figures["plans"] = plans(
+                conn, (queries[0], qvecs[0]), (queries[longest], qvecs[longest])
+            )
+        figures["concurrent"] = concurrent(url, args.clients, queries, qvecs)
+        results["sizes"][str(size)] = figures
+        args.json.write_text(json.dumps(results, indent=2))
+        if not args.keep:
+            drop_database(admin, f"pgkb_scale_{size}")
+    print_table(results)
+    print(f"\nJSON: {args.json}")
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print("\n| chunks | leg | p50 ms | p95 ms | p99 ms | 8 clients p50 | p95 | qps |")
+    print("|---|---|---|---|---|---|---|---|")
+    for size, f in results["sizes"].items():
+        for leg in LEGS:
+            a, c = f["one_client"][leg], f["concurrent"][leg]
+            print(
+                f"| {size} | {leg} | {a['p50']} | {a['p95']} | {a['p99']} | {c['p50']} | "
+                f"{c['p95']} | {c['qps']} |"
+            )
+    print("\n| chunks | word | df | bounded ms | exact ms |")
+    print("|---|---|---|---|---|")
+    for size, f in results["sizes"].items():
+        for word in COMMON:
+            k = f["keyword_extremes"][word]
+            print(f"| {size} | {word} | {k['df']} | {k['bounded_ms']} | {k['exact_ms']} |")
+        k = f["keyword_extremes"]["long"]
+        print(
+            f"| {size} | long ({k['words']} words) p95 | | {k['bounded']['p95']} | "
+            f"{k['exact']['p95']} |"
+        )
+    print("\n| chunks | recall@20 | ef_search | recall | p50 ms | p95 ms |")
+    print("|---|---|---|---|---|---|")
+    for size, f in results["sizes"].items():
+        for key, r in f["recall"].items():
+            filt, ef = key.split(", ef_search ")
+            print(f"| {size} | {filt} | {ef} | {r['recall_at_20']} | {r['p50']} | {r['p95']} |")
+    print("\n| chunks | COPY chunks/s | COPY embeddings/s | HNSW build s | bytes/chunk | DB MB |")
+    print("|---|---|---|---|---|---|")
+    for size, f in results["sizes"].items():
+        print(
+            f"| {size} | {f['copy_chunks_per_s']} | {f['copy_embeddings_per_s']} | "
+            f"{f['hnsw_build_s']} | {f['storage']['total_b_per_chunk']} | "
+            f"{f['storage']['database_mb']} |"
+        )
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()

@@ -1,0 +1,121 @@
+"""The keyword leg's work bound: kb.term_postings (impact-ordered postings of the lexemes held by
+more than 1,000 chunks) kept exact by the statistics trigger, and kb.keyword_search reading a
+common word's best postings from it with the ranking of the exact sum."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from typing import Any
+
+import psycopg
+
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india"]
+
+
+def _load(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> uuid.UUID:
+    """One document of ``n`` chunks: every chunk says 'chapter' 1 to 4 times among other words."""
+    rnd = random.Random(seed)
+    doc = uuid.uuid4()
+    conn.execute(
+        "INSERT INTO kb.documents (id, source_uri, title, content_sha) VALUES (%s, %s, 't', 'x')",
+        (doc, f"mem://{doc}"),
+    )
+    with conn.cursor().copy(
+        "COPY kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
+        "token_count) FROM STDIN"
+    ) as copy:
+        for i in range(n):
+            words = ["chapter"] * rnd.randint(1, 4) + rnd.sample(WORDS, rnd.randint(2, 8))
+            words += [f"rare{i}"]
+            rnd.shuffle(words)
+            copy.write_row((doc, i, "", " ".join(words), f"s{i}", len(words)))
+    return doc
+
+
+def _expected(conn: psycopg.Connection[Any]) -> set[tuple[str, float, int]]:
+    rows = conn.execute(
+        """
+        SELECT i.lexeme, i.impact, c.id
+          FROM kb.chunks c, kb.term_impacts(c.tsv) AS i, kb.term_stats t
+         WHERE t.lexeme = i.lexeme AND t.df > 1000
+        """
+    ).fetchall()
+    return {(r[0], r[1], r[2]) for r in rows}
+
+
+def _stored(conn: psycopg.Connection[Any]) -> set[tuple[str, float, int]]:
+    rows = conn.execute("SELECT lexeme, impact, chunk_id FROM kb.term_postings").fetchall()
+    return {(r[0], r[1], r[2]) for r in rows}
+
+
+def test_the_trigger_keeps_the_common_lexemes_lists_whole(conn: psycopg.Connection[Any]) -> None:
+    doc = _load(conn, 900)
+    assert _stored(conn) == set()  # nothing is held by more than 1,000 chunks yet
+    _load(conn, 300, seed=8)  # 'chapter' passes 1,000: its whole list, both loads' chunks
+    stored = _stored(conn)
+    assert stored == _expected(conn)
+    assert {lexeme for lexeme, _, _ in stored} == {"chapter"}
+    assert len(stored) == 1200
+    conn.execute(
+        "DELETE FROM kb.chunks WHERE document_id = %s AND chunk_index < 100", (doc,)
+    )  # 1,100 left: the list loses those 100 postings
+    assert _stored(conn) == _expected(conn) and len(_stored(conn)) == 1100
+    conn.execute("UPDATE kb.chunks SET content = content || ' chapter' WHERE chunk_index = 150")
+    assert _stored(conn) == _expected(conn)  # the updated chunks' impacts changed
+    conn.execute("DELETE FROM kb.chunks WHERE document_id = %s AND chunk_index < 300", (doc,))
+    assert _stored(conn) == set()  # 900 left: no list
+
+
+def test_a_common_word_reads_its_list_with_the_exact_ranking(
+    conn: psycopg.Connection[Any],
+) -> None:
+    _load(conn, 1500)
+    conn.commit()
+    # one common word, or one with a rarer word that generates through the GIN index
+    for query in ("chapter", "chapter alpha"):
+        bounded = conn.execute(
+            "SELECT chunk_id, score FROM kb.keyword_search(%s, 20, max_postings => 200)",
+            (query,),
+        ).fetchall()
+        exact = conn.execute(
+            "SELECT chunk_id, score FROM kb.keyword_search(%s, 20, max_postings => NULL)",
+            (query,),
+        ).fetchall()
+        assert len(bounded) == 20
+        assert [round(s, 9) for _, s in bounded] == [round(s, 9) for _, s in exact], query
+    # the rare word's chunk comes first, its common words read from their lists or not at all
+    top = conn.execute(
+        "SELECT c.chunk_index FROM kb.keyword_search('chapter rare7 bravo', 1, "
+        "max_postings => 200) k JOIN kb.chunks c ON c.id = k.chunk_id"
+    ).fetchone()
+    assert top == (7,)
+    # a filter that no listed chunk passes gives no rows, never another category's
+    none = conn.execute(
+        "SELECT count(*) FROM kb.keyword_search('chapter', 20, '{\"category\": \"nowhere\"}')"
+    ).fetchone()
+    assert none == (0,)
+
+
+def test_many_lexemes_passing_at_once_are_listed_by_one_pass(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """More than 16 lexemes crossing 1,000 in one statement: the pass over the stored chunks."""
+    doc = uuid.uuid4()
+    conn.execute(
+        "INSERT INTO kb.documents (id, source_uri, title, content_sha) "
+        "VALUES (%s, 'mem://m', 't', 'x')",
+        (doc,),
+    )
+    words = " ".join(f"word{chr(97 + k)}" for k in range(20))
+    for start, n in ((0, 900), (900, 150)):
+        with conn.cursor().copy(
+            "COPY kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
+            "token_count) FROM STDIN"
+        ) as copy:
+            for i in range(start, start + n):
+                copy.write_row((doc, i, "", f"{words} {'chapter ' * (i % 3)}", f"s{i}", 25))
+    stored = _stored(conn)
+    assert stored == _expected(conn)
+    lexemes = {lexeme for lexeme, _, _ in stored}  # the English stemmer merges a few words
+    assert len(lexemes) > 16 and len(stored) == len(lexemes) * 1050
