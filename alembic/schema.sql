@@ -561,5 +561,8 @@ GRANT SELECT,USAGE ON SEQUENCE kb.ingest_runs_id_seq TO kb_writer;
 -- acl: TABLE settings
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.settings TO kb_writer;
 
+-- acl: TABLE term_postings
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.term_postings TO kb_writer;
+
 -- acl: TABLE term_stats
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.term_stats TO kb_writer;

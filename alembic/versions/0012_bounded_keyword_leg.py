@@ -681,6 +681,8 @@ CREATE TABLE kb.term_postings (
     PRIMARY KEY (lexeme, impact, chunk_id)
 );
 COMMENT ON TABLE kb.term_postings IS 'Impact-ordered postings of the lexemes held by more than 1000 chunks (impact: kb.term_impacts), kept current by the statistics trigger on kb.chunks; kb.keyword_search reads a common word''s best chunks from it.';
+-- the statistics trigger runs as the writer (pgkb db grant --write), like kb.term_stats
+GRANT SELECT, INSERT, UPDATE, DELETE ON kb.term_postings TO kb_writer;
 """
 
 FILL = """

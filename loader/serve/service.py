@@ -102,7 +102,7 @@ class KnowledgeService:
 
         self.settings = settings
         self.category = category.strip() if category and category.strip() else None
-        self.url = database_url(settings)
+        self.url = database_url(settings, read=True)  # every transaction only reads
         self.embedder = get_embedder(settings)
         self.chat = ChatClient.from_settings(settings)
         self.wait_timeout = wait_timeout
