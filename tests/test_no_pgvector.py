@@ -42,7 +42,11 @@ def server_without_pgvector() -> Iterator[str]:
             pwd.getpwnam("postgres")
         except KeyError:
             pytest.skip("running as root and no 'postgres' user to run the server")
-        run_as = ["runuser", "-u", "postgres", "--"]
+        # cron-like environments leave /usr/sbin off PATH
+        runuser = shutil.which("runuser") or shutil.which("runuser", path="/usr/sbin:/sbin")
+        if runuser is None:
+            pytest.skip("running as root and no runuser to run the server as 'postgres'")
+        run_as = [runuser, "-u", "postgres", "--"]
     tmp = Path(tempfile.mkdtemp(prefix="pgkb-nopgvector-"))
     if run_as:
         shutil.chown(tmp, "postgres")

@@ -37,7 +37,9 @@ DOCS = {
     "A hot standby replays the write-ahead log the primary streams to it and answers "
     "read-only queries meanwhile. See [failover](failover.md).\n\n"
     "## Lag\n\nReplay lag is the distance between the primary's current WAL position and the "
-    "standby's last replayed position.\n",
+    "standby's last replayed position. It grows when the standby is busy with long queries, "
+    "when the network between the two servers is slow, or when recovery conflicts pause the "
+    "replay until the conflicting queries finish or are cancelled.\n",
     "failover.md": "# Failover\n\n"
     "When the primary fails, a standby is promoted with pg_ctl promote and becomes the new "
     "primary; clients reconnect with target_session_attrs=read-write.\n",
@@ -170,6 +172,21 @@ def _read_only_function_calls(conn: psycopg.Connection[Any], query: list[float])
         # every chunk has its embedding: the one call that answers no rows
         "chunks_missing_embedding": "SELECT * FROM kb.chunks_missing_embedding("
         "(SELECT id FROM kb.active_model()))",
+        # what the read commands and the abstention gate call as a --read role
+        "schema_version": "SELECT kb.schema_version()",
+        "abstention_rule": "SELECT kb.abstention_rule()",
+        "similarity_profile": "SELECT kb.similarity_profile()",
+        "document_list": "SELECT * FROM kb.document_list()",
+        "find_documents": "SELECT * FROM kb.find_documents('replication.md')",
+        "show_document": f"SELECT * FROM kb.show_document('{doc[0]}'::uuid)",
+        "chunk_details": f"SELECT * FROM kb.chunk_details(ARRAY[{chunk[0]}]::bigint[])",
+        "chunk_lexemes": f"SELECT * FROM kb.chunk_lexemes(ARRAY[{chunk[0]}]::bigint[], "
+        "ARRAY['standbi'])",
+        "word_lexemes": "SELECT * FROM kb.word_lexemes(ARRAY['standby', 'replay'])",
+        "name_found": "SELECT kb.name_found('standby', '\\mstandby\\M')",
+        "near_lexemes": "SELECT * FROM kb.near_lexemes('standbi')",
+        "squashed_lexeme_found": "SELECT kb.squashed_lexeme_found('standby')",
+        "pseudo_queries": "SELECT * FROM kb.pseudo_queries(5)",
     }
 
 
