@@ -132,7 +132,7 @@ def test_the_readme_keeps_the_two_commands() -> None:
     )
 
 
-MACHINE_PATH = re.compile(r"(?<![\w.])/(work|root)/")
+MACHINE_PATH = re.compile(r"(?<![\w.])/(work|root|tmp)/")
 ISSUE_NUMBER = re.compile(r"\b[Ii]ssues? \d+|(?<![\w&/])#\d+\b")
 
 
