@@ -359,6 +359,28 @@ SELECT document_id::text AS document_id, title, source_uri, category, doc_type, 
 """
 
 
+# one hop from each of several documents in one round trip, in kb.explore_graph's order per start
+GRAPH_NEIGHBOURS = """
+SELECT s.start_id, g.document_id, g.title, g.source_uri,
+       g.path -> -1 ->> 'relation_type' AS relation_type
+  FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS s(start_id, n),
+       LATERAL kb.explore_graph(start_document => s.start_id, max_depth => 1,
+                                filters => %(filters)s::jsonb, max_results => %(limit)s)
+               WITH ORDINALITY AS g
+ WHERE jsonb_array_length(g.path) > 0
+ ORDER BY s.n, g.ordinality
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphNeighbourRow:
+    start_id: uuid.UUID
+    document_id: uuid.UUID
+    title: str
+    source_uri: str
+    relation_type: str
+
+
 @dataclasses.dataclass(frozen=True)
 class GraphNodeRow:
     document_id: str

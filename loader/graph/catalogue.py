@@ -211,18 +211,17 @@ def graph_neighbours(
     """For each of ``document_ids``, the documents one hop away in the graph (not itself),
     within ``filters``, in ``kb.explore_graph`` order. Fetched before an answer is built, so
     building it (:func:`rank_related`) reads nothing."""
-    found: dict[uuid.UUID, list[Neighbour]] = {}
-    for doc_id in dict.fromkeys(document_ids):
-        found[doc_id] = [
-            (
-                uuid.UUID(node.document_id),
-                node.title,
-                node.source_uri,
-                node.path[-1]["relation_type"],
-            )
-            for node in explore(conn, start=doc_id, depth=1, filters=filters, limit=100)
-            if node.path  # the start itself has none
-        ]
+    starts = list(dict.fromkeys(document_ids))
+    found: dict[uuid.UUID, list[Neighbour]] = {doc_id: [] for doc_id in starts}
+    if not starts:
+        return found
+    with conn.cursor(row_factory=class_row(queries.GraphNeighbourRow)) as cur:
+        rows = cur.execute(
+            queries.GRAPH_NEIGHBOURS,
+            {"ids": starts, "filters": json.dumps(filters or {}), "limit": 100},
+        ).fetchall()
+    for r in rows:
+        found[r.start_id].append((r.document_id, r.title, r.source_uri, r.relation_type))
     return found
 
 
