@@ -1,5 +1,6 @@
-"""The evaluation question sets stay well-formed: the handbook's checker passes on its corpus,
-and every tuning/held-out split is a partition of the questions it was cut from."""
+"""The evaluation question sets stay well-formed: the handbook's and the help centre's checkers
+pass on their corpora, and every tuning/held-out split is a partition of the questions it was
+cut from."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ def _ids(*paths: Path) -> list[str]:
     return [q["id"] for p in paths for q in json.loads(p.read_text(encoding="utf-8"))]
 
 
-def test_handbook_checker_passes() -> None:
+@pytest.mark.parametrize("corpus", ["handbook", "faq"])
+def test_checker_passes(corpus: str) -> None:
     run = subprocess.run(
-        [sys.executable, str(EVAL / "handbook" / "check_questions.py")],
+        [sys.executable, str(EVAL / corpus / "check_questions.py")],
         capture_output=True,
         text=True,
         timeout=120,
