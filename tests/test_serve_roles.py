@@ -71,6 +71,16 @@ def test_a_reader_runs_every_read_command(serve_kb: ServeKb) -> None:  # noqa: F
     stats = run(serve_kb, url, "stats", "--json")
     assert stats.exit_code == 0, stats.output
     assert json.loads(stats.stdout)["documents"] == 5
+    # no table privilege: db status counts through kb.stats, as the owner's figures
+    status = run(serve_kb, url, "db", "status", "--json")
+    assert status.exit_code == 0, status.output
+    as_reader, as_owner = (
+        json.loads(status.stdout),
+        json.loads(run(serve_kb, serve_kb.url, "db", "status", "--json").stdout),
+    )
+    for key in ("documents", "chunks", "embeddings", "active_model", "schema_revision"):
+        assert as_reader[key] == as_owner[key], key
+    assert as_reader["documents"] == 5 and as_reader["access"].startswith("read")
 
 
 def test_a_reader_is_told_which_grant_the_rest_needs(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import psycopg
 from psycopg.rows import class_row
 
 from loader.db import queries
@@ -29,10 +30,33 @@ def schema_status(settings: Settings) -> dict[str, Any]:
             "head_revision": head_revision(),
         }
         if revision is not None:
-            with conn.cursor(row_factory=class_row(queries.KbCounts)) as cur:
-                counts = cur.execute(queries.KB_COUNTS).fetchone()
-            assert counts is not None
-            status.update(dataclasses.asdict(counts))
+            status.update(_counts(conn))
         return status
     finally:
         conn.close()
+
+
+def _counts(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """What the knowledge base holds. A role made by ``pgkb db grant --read`` may not read the
+    tables themselves, only the functions granted to it: it gets the same figures from
+    ``kb.stats()``, which counts what that role is allowed to see."""
+    try:
+        with conn.cursor(row_factory=class_row(queries.KbCounts)) as cur:
+            counts = cur.execute(queries.KB_COUNTS).fetchone()
+        assert counts is not None
+        return dataclasses.asdict(counts)
+    except psycopg.errors.InsufficientPrivilege:
+        conn.rollback()
+    row = conn.execute(queries.KB_STATS, (0,)).fetchone()
+    stats: dict[str, Any] = row[0] if row is not None and isinstance(row[0], dict) else {}
+    active = stats.get("active_model") or None
+    embeddings = sum(
+        int(m.get("embeddings") or 0) for m in stats.get("models") or () if m.get("is_active")
+    )
+    return {
+        "documents": stats.get("documents"),
+        "chunks": stats.get("chunks"),
+        "embeddings": embeddings,
+        "active_model": f"{active['name']} ({active['dims']} dims)" if active else None,
+        "access": "read (figures from kb.stats)",
+    }
