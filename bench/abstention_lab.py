@@ -75,7 +75,7 @@ def cmd_collect(args: argparse.Namespace) -> None:
         for it in items:
             embedding = embedder.embed_query(it["text"])
             hits = search(conn, it["text"], embedding, settings=settings, mode="hybrid")
-            signals = compute_signals(conn, it["text"], hits)
+            signals = compute_signals(conn, it["text"], hits, embed=embedder.embed)
             conn.rollback()
             rows.append({**it, "signals": signals})
     CACHE.mkdir(parents=True, exist_ok=True)

@@ -68,7 +68,7 @@ def main() -> None:
                     conn, settings, text, vector, limit=settings.match_count
                 )
                 t2 = time.perf_counter()
-                decision = decide(conn, settings, text, hits)
+                decision = decide(conn, settings, text, hits, embed=embedder.embed)
                 t3 = time.perf_counter()
                 budget = settings.chat_context_tokens - ANSWER_RESERVE_TOKENS - 600
                 context = fit_passages(expand_with_neighbours(conn, passages, budget // 2), budget)

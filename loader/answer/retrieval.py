@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import psycopg
 
 from loader.answer.abstention import AbstentionDecision, decide
+from loader.answer.abstention.focus import Embed
 from loader.answer.context import fetch_neighbours
 from loader.answer.passages import Passage
 from loader.answer.prompt import CONFIGURE_HINT, prepare_question
@@ -40,10 +41,11 @@ Gate = Callable[[psycopg.Connection[Any], Settings, str, Sequence[SearchHit]], A
 """``gate(conn, settings, query_text, hits) -> decision``: should the answer abstain?"""
 
 
-def default_gate(
-    conn: psycopg.Connection[Any], settings: Settings, query_text: str, hits: Sequence[SearchHit]
-) -> AbstentionDecision:
-    return decide(conn, settings, query_text, hits)
+def batch_embed(embedder: QueryEmbedder) -> Embed | None:
+    """The embedder's batch function (``embed``) for the gate's ``focus_coverage``, or None when
+    it has none."""
+    embed = getattr(embedder, "embed", None)
+    return embed if callable(embed) else None
 
 
 def embed_query(embedder: QueryEmbedder, text: str, notes: list[str]) -> Sequence[float] | None:
@@ -143,7 +145,10 @@ def retrieve(
         notes=notes,
     )
     hits, passages = wide_hits[: settings.match_count], wide[: settings.match_count]
-    decision = (gate or default_gate)(conn, settings, query_text, hits)
+    if gate is None:
+        decision = decide(conn, settings, query_text, hits, embed=batch_embed(embedder))
+    else:
+        decision = gate(conn, settings, query_text, hits)
     neighbours = fetch_neighbours(conn, wide, category=category)
     return Retrieval(
         question,

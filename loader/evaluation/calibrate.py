@@ -47,6 +47,7 @@ DIRECTIONS: dict[str, str] = {
     "passage_coverage": "<",
     "relative_similarity": "<",
     "leg_agreement": "<",
+    "focus_coverage": "<",
 }
 
 

@@ -239,6 +239,7 @@ def _evaluate_items(
         settings,
         items,
         embed_query=embedder.embed_query,
+        embed=embedder.embed,
         retrieve=retriever,
         k=k,
         modes=_modes(settings),

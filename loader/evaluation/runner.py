@@ -136,8 +136,10 @@ def run_queries(
     modes: Sequence[str] = MODES,
     abstention: bool = True,
     progress: Progress | None = None,
+    embed: Callable[[Sequence[str]], Sequence[Sequence[float]]] | None = None,
 ) -> list[QueryResult]:
-    """Retrieve and score every query through every mode; collect the abstention signals."""
+    """Retrieve and score every query through every mode; collect the abstention signals
+    (``embed``, the model's batch function, for ``focus_coverage``)."""
     results: list[QueryResult] = []
     first_limit = max(
         settings.match_count, min(settings.vector_candidates, settings.keyword_candidates)
@@ -163,7 +165,7 @@ def run_queries(
                 scores[mode] = score_ranking(labelled, query.relevant, k)
         result = QueryResult(query, rankings, scores, latency)
         if abstention and "hybrid" in modes:
-            result.signals = compute_signals(conn, query.text, hybrid_hits)
+            result.signals = compute_signals(conn, query.text, hybrid_hits, embed=embed)
             conn.rollback()
         results.append(result)
         now = time.monotonic()

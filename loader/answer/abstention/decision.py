@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from loader.answer.abstention.focus import Embed
 from loader.answer.abstention.rule import AbstentionRule, Condition, load_rule
 from loader.answer.abstention.signals import compute_signals
 from loader.settings import Settings
@@ -46,6 +47,13 @@ def _explain(condition: Condition, signals: Mapping[str, Any]) -> str:
             f"{share:.0%} of the question's weight (unknown_share) is in words the corpus "
             "never uses: " + ", ".join(signals["unknown_term_list"])
         )
+    if condition.signal == "focus_coverage" and signals.get("focus_coverage") is not None:
+        missing = [w for w, held in (signals.get("focus_words") or {}).items() if not held]
+        return (
+            f"the closest passages do not speak of {', '.join(missing) or 'the question'} "
+            f"(focus_coverage {float(signals['focus_coverage']):.2f} {condition.op} "
+            f"{condition.value:g})"
+        )
     if condition.signal == "relative_similarity" and signals.get("relative_similarity") is not None:
         return (
             f"the best match is weak for this corpus (relative_similarity "
@@ -63,16 +71,18 @@ def decide(
     hits: Sequence[Any],
     *,
     rule: AbstentionRule | None = None,
+    embed: Embed | None = None,
 ) -> AbstentionDecision:
     """Should pgkb abstain on ``query_text``, given its retrieved ``hits`` (best first)?
 
     ``hits`` are search hits (``loader.search.SearchHit`` or mappings) with ``chunk_id``,
     ``score``, ``vector_similarity``, ``vector_rank`` and ``keyword_rank``; pass the hybrid
-    hits the answer would be built from. No hits at all always abstains.
+    hits the answer would be built from. No hits at all always abstains. ``embed`` (the
+    embedding model's batch function) lets the gate measure ``focus_coverage``.
     """
     if not settings.abstention:
         return AbstentionDecision(False, "the abstention gate is off (abstention = false)", {})
-    signals = compute_signals(conn, query_text, hits)
+    signals = compute_signals(conn, query_text, hits, embed=embed)
     if not hits:
         return AbstentionDecision(True, "retrieval found nothing", signals)
     return apply_rule(rule or load_rule(conn, settings), signals)

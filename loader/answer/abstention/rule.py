@@ -36,6 +36,7 @@ SIGNALS = (
     "passage_coverage",
     "relative_similarity",
     "leg_agreement",
+    "focus_coverage",
 )
 OPS = ("<", "<=", ">", ">=")
 

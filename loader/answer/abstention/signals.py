@@ -40,10 +40,18 @@ Signals that exist for plain-word questions too (no name needed):
 ``leg_agreement``
     1.0 when the hit nearest to the question in meaning (best vector rank) was found by the
     keyword leg too, else 0.0: both legs point at the same passage.
+``focus_coverage``
+    how well the best three passages cover the question's focus, its three rarest content words
+    in general English (:mod:`.focus`): a word counts 1 when a passage holds it, else its best
+    cosine similarity to a word of the passages (synonyms: "bike" and "cycle"). Near 1 when the
+    passages speak of the question's subject; low for "Do we have a company choir?" over a
+    handbook whose closest passages are about clubs and teams. Needs the embedding model
+    (``embed``); None without it, or when the embedding fails.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Sequence
@@ -52,6 +60,13 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
+from loader.answer.abstention.focus import (
+    TOP_PASSAGES,
+    Embed,
+    focus_coverage,
+    focus_words,
+    question_words,
+)
 from loader.answer.abstention.profile import load_profile, relative_similarity
 from loader.answer.abstention.words import (
     defined_abbreviations,
@@ -61,7 +76,10 @@ from loader.answer.abstention.words import (
     rare_words,
 )
 from loader.db import queries
+from loader.errors import PgkbError
 from loader.search import hit_value
+
+log = logging.getLogger(__name__)
 
 
 def _surface_regex(phrase: str) -> str:
@@ -157,10 +175,51 @@ def _misspelt_corpus_word(conn: psycopg.Connection[Any], lexeme: str) -> bool:
     return any(edit_distance(lexeme, str(row[0])) <= 1 for row in near)
 
 
+def focus_signal(
+    conn: psycopg.Connection[Any], query_text: str, hits: Sequence[Any], embed: Embed | None
+) -> tuple[float | None, dict[str, bool]]:
+    """``focus_coverage`` of one query and its hits (best first), with each focus word and
+    whether a top passage holds it. None when there is no focus word, or a focus word the
+    passages lack and no way to embed (``embed`` None or failing)."""
+    words = question_words(query_text)[:200]
+    if not words:
+        return None, {}
+    lexemes = {
+        str(word): list(found or ())
+        for word, _absent, found in conn.execute(queries.WORD_LEXEMES, {"words": words})
+    }
+    focus = focus_words(words, lexemes)
+    if not focus:
+        return None, {}
+    top = [h for h in hits if hit_value(h, "chunk_id") is not None][:TOP_PASSAGES]
+    by_word = {w.lower(): lexemes.get(w, []) for w in words}
+    wanted = sorted({lex for w in focus for lex in by_word.get(w, [])})
+    holds: set[str] = set()
+    if top and wanted:
+        ids = [int(hit_value(h, "chunk_id")) for h in top]
+        for _chunk_id, present in conn.execute(
+            queries.CHUNK_LEXEMES, {"ids": ids, "lexemes": wanted}
+        ):
+            holds.update(present or ())
+    held = {w: bool(set(by_word.get(w, [])) & holds) for w in focus}
+    texts = [f"{hit_value(h, 'heading_path') or ''}\n{hit_value(h, 'content') or ''}" for h in top]
+    try:
+        return focus_coverage(focus, held, texts, embed), held
+    except PgkbError as exc:
+        log.warning("focus_coverage not measured: the embedding model failed (%s)", exc.message)
+        return None, held
+
+
 def compute_signals(
-    conn: psycopg.Connection[Any], query_text: str, hits: Sequence[Any]
+    conn: psycopg.Connection[Any],
+    query_text: str,
+    hits: Sequence[Any],
+    *,
+    embed: Embed | None = None,
 ) -> dict[str, Any]:
-    """The retrieval signals of one query and its hits (best first), as plain numbers."""
+    """The retrieval signals of one query and its hits (best first), as plain numbers.
+
+    ``embed`` (the embedding model's batch function) is needed for ``focus_coverage`` only."""
     with conn.cursor(row_factory=class_row(queries.QueryTerm)) as cur:
         terms = cur.execute(queries.QUERY_TERMS, {"query": query_text}).fetchall()
     idf = {t.lexeme: float(t.idf) for t in terms}
@@ -198,6 +257,7 @@ def compute_signals(
     ranked = [h for h in hits if hit_value(h, "vector_rank") is not None]
     nearest = min(ranked, key=lambda h: int(hit_value(h, "vector_rank")), default=None)
     top = max(similarities) if similarities else None
+    focus, focus_held = focus_signal(conn, query_text, hits, embed)
     signals: dict[str, Any] = {
         "hits": float(len(hits)),
         "unknown_terms": float(len(unknown)),
@@ -215,8 +275,10 @@ def compute_signals(
         "leg_agreement": (
             None if nearest is None else float(hit_value(nearest, "keyword_rank") is not None)
         ),
+        "focus_coverage": None if focus is None else round(focus, 6),
         "unknown_term_list": unknown,
         "unknown_name_list": names_missing,
+        "focus_words": focus_held,
     }
     for key, value in signals.items():
         if isinstance(value, float) and not math.isfinite(value):
