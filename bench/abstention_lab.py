@@ -14,6 +14,11 @@ held-out.
         --name scifact-tune
     python bench/abstention_lab.py fit --tune manual-tune,scifact-tune \
         --heldout manual-heldout,scifact-heldout
+    python bench/abstention_lab.py search --tune manual-tune,scifact-tune \
+        --heldout manual-heldout,scifact-heldout --max-fp 0.05
+
+``search`` is a wider search than ``fit`` (a beam over clause sets instead of calibrate's greedy
+choice), for the default rule and the trade-off curve.
 
 Fitting reads only the tuning halves; the held-out halves are only scored.
 """
@@ -128,6 +133,88 @@ def cmd_fit(args: argparse.Namespace) -> None:
         Path(args.save).write_text(json.dumps(rule.to_json(), indent=1))
 
 
+def _clause_mask(rows: list[dict[str, Any]], clause: tuple[Any, ...]) -> int:
+    """The rows ``clause`` flags, as a bit mask (bit i: row i)."""
+    mask = 0
+    for i, r in enumerate(rows):
+        if all(c.holds(r["signals"]) for c in clause):
+            mask |= 1 << i
+    return mask
+
+
+def cmd_search(args: argparse.Namespace) -> None:
+    """Beam search (width 30, up to ``--max-clauses``) over clauses of one or two threshold
+    tests (33 quantiles of the pooled tuning values per signal): the rule with the highest mean
+    share caught over the tuning halves that have unanswerable questions, with each tuning
+    half's false flags at most ``--max-fp`` of its answerable questions (rounded down)."""
+    import itertools
+
+    from loader.answer.abstention import AbstentionRule, Condition
+    from loader.evaluation.calibrate import DIRECTIONS
+
+    tune = _load(args.tune)
+    signals = args.signals.split(",") if args.signals else list(DIRECTIONS)
+    conditions: dict[str, list[Any]] = {}
+    for signal in signals:
+        values = sorted(
+            float(v)
+            for rows in tune.values()
+            for r in rows
+            if (v := r["signals"].get(signal)) is not None
+        )
+        if signal == "unknown_names":
+            picks = {1.0}
+        else:
+            picks = {round(values[round(q / 34 * (len(values) - 1))], 4) for q in range(1, 34)}
+        conditions[signal] = [Condition(signal, DIRECTIONS[signal], t) for t in sorted(picks)]
+    clauses: list[tuple[Any, ...]] = [(c,) for s in conditions for c in conditions[s]]
+    for a, b in itertools.combinations(conditions, 2):
+        clauses.extend((x, y) for x in conditions[a] for y in conditions[b])
+    names = list(tune)
+    positives = {n: _clause_mask(tune[n], ()) & ~_answerable_mask(tune[n]) for n in names}
+    negatives = {n: _answerable_mask(tune[n]) for n in names}
+    budget = {n: int(args.max_fp * negatives[n].bit_count() + 1e-9) for n in names}
+    masks = [{n: _clause_mask(tune[n], c) for n in names} for c in clauses]
+
+    def score(flags: dict[str, int]) -> float:
+        if any((flags[n] & negatives[n]).bit_count() > budget[n] for n in names):
+            return -1.0
+        shares = [
+            (flags[n] & positives[n]).bit_count() / positives[n].bit_count()
+            for n in names
+            if positives[n]
+        ]
+        return sum(shares) / max(len(shares), 1)
+
+    Beam = tuple[tuple[Any, ...], dict[str, int], float]
+    beam: list[Beam] = [((), dict.fromkeys(names, 0), 0.0)]
+    best = beam[0]
+    for _ in range(args.max_clauses):
+        grown: list[Beam] = []
+        for rule, flags, current in beam:
+            for clause, mask in zip(clauses, masks, strict=True):
+                merged = {n: flags[n] | mask[n] for n in names}
+                value = score(merged)
+                if value > current + 1e-9:
+                    grown.append(((*rule, clause), merged, value))
+        if not grown:
+            break
+        grown.sort(key=lambda item: -item[2])
+        beam = grown[:30]
+        best = max(best, beam[0], key=lambda item: item[2])
+    rule = AbstentionRule(best[0], source="search")
+    print("rule:", rule.describe())
+    for name, rows in tune.items():
+        print(f"  tune    {name:22s} {_rates(rule, rows)}")
+    if args.heldout:
+        for name, rows in _load(args.heldout).items():
+            print(f"  heldout {name:22s} {_rates(rule, rows)}")
+
+
+def _answerable_mask(rows: list[dict[str, Any]]) -> int:
+    return sum(1 << i for i, r in enumerate(rows) if r["answerable"])
+
+
 def cmd_show(args: argparse.Namespace) -> None:
     keys = args.signals.split(",")
     for name, rows in _load(args.name).items():
@@ -159,11 +246,17 @@ def main() -> None:
     fit.add_argument("--max-clauses", type=int, default=3)
     fit.add_argument("--save")
     fit.add_argument("--signals", help="only these signals (comma-separated)")
+    search = sub.add_parser("search")
+    search.add_argument("--tune", required=True)
+    search.add_argument("--heldout")
+    search.add_argument("--max-fp", type=float, default=0.05)
+    search.add_argument("--max-clauses", type=int, default=3)
+    search.add_argument("--signals", help="only these signals (comma-separated)")
     show = sub.add_parser("show")
     show.add_argument("--name", required=True)
     show.add_argument("--signals", required=True)
     args = parser.parse_args()
-    {"collect": cmd_collect, "fit": cmd_fit, "show": cmd_show}[args.cmd](args)
+    {"collect": cmd_collect, "fit": cmd_fit, "search": cmd_search, "show": cmd_show}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,15 @@ def _explain(condition: Condition, signals: Mapping[str, Any]) -> str:
             f"(focus_coverage {float(signals['focus_coverage']):.2f} {condition.op} "
             f"{condition.value:g})"
         )
+    if condition.signal == "passage_coverage" and signals.get("passage_coverage") is not None:
+        share = float(signals["passage_coverage"])
+        reason = (
+            f"the closest passages hold {share:.0%} of the question's words by weight "
+            f"(passage_coverage {condition.op} {condition.value:g})"
+        )
+        if signals.get("unknown_name_list"):
+            reason += "; the corpus never mentions " + ", ".join(signals["unknown_name_list"])
+        return reason
     if condition.signal == "relative_similarity" and signals.get("relative_similarity") is not None:
         return (
             f"the best match is weak for this corpus (relative_similarity "
