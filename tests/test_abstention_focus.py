@@ -147,6 +147,11 @@ def test_compute_signals_measures_focus_coverage(conn: psycopg.Connection[Any]) 
     decision = decide(conn, Settings(), "Is there a company choir?", hits, rule=rule, embed=embed)
     assert decision.abstain and "choir" in decision.reason, decision.reason
 
+    # the default rule reads no focus_coverage: the gate embeds nothing for it
+    calls.clear()
+    decide(conn, Settings(), "Is there a company choir?", hits, embed=embed)
+    assert calls == []
+
     # without the embedder the signal is not measured, and a clause on it never fires
     assert compute_signals(conn, "Is there a company choir?", hits)["focus_coverage"] is None
     assert not decide(conn, Settings(), "Is there a company choir?", hits, rule=rule).abstain

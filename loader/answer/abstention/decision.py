@@ -87,11 +87,15 @@ def decide(
     ``hits`` are search hits (``loader.search.SearchHit`` or mappings) with ``chunk_id``,
     ``score``, ``vector_similarity``, ``vector_rank`` and ``keyword_rank``; pass the hybrid
     hits the answer would be built from. No hits at all always abstains. ``embed`` (the
-    embedding model's batch function) lets the gate measure ``focus_coverage``.
+    embedding model's batch function) lets the gate measure ``focus_coverage``; it is called only
+    when the rule in force has a clause on that signal (the default rule has none).
     """
     if not settings.abstention:
         return AbstentionDecision(False, "the abstention gate is off (abstention = false)", {})
-    signals = compute_signals(conn, query_text, hits, embed=embed)
+    rule = rule or load_rule(conn, settings)
+    # focus_coverage embeds words: only when the rule in force reads it
+    needs_embed = any(c.signal == "focus_coverage" for clause in rule.clauses for c in clause)
+    signals = compute_signals(conn, query_text, hits, embed=embed if needs_embed else None)
     if not hits:
         return AbstentionDecision(True, "retrieval found nothing", signals)
-    return apply_rule(rule or load_rule(conn, settings), signals)
+    return apply_rule(rule, signals)
