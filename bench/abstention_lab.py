@@ -215,6 +215,16 @@ def _answerable_mask(rows: list[dict[str, Any]]) -> int:
     return sum(1 << i for i, r in enumerate(rows) if r["answerable"])
 
 
+def cmd_score(args: argparse.Namespace) -> None:
+    """Caught / flagged of one rule (``--rule`` JSON, else the shipped default) on each set."""
+    from loader.answer.abstention import DEFAULT_RULE, AbstentionRule
+
+    rule = AbstentionRule.from_json(args.rule, source="--rule") if args.rule else DEFAULT_RULE
+    print("rule:", rule.describe())
+    for name, rows in _load(args.name).items():
+        print(f"  {name:30s} {_rates(rule, rows)}")
+
+
 def cmd_show(args: argparse.Namespace) -> None:
     keys = args.signals.split(",")
     for name, rows in _load(args.name).items():
@@ -252,11 +262,20 @@ def main() -> None:
     search.add_argument("--max-fp", type=float, default=0.05)
     search.add_argument("--max-clauses", type=int, default=3)
     search.add_argument("--signals", help="only these signals (comma-separated)")
+    score = sub.add_parser("score")
+    score.add_argument("--name", required=True, help="collected sets (comma-separated)")
+    score.add_argument("--rule", help="a rule as JSON (default: the shipped default rule)")
     show = sub.add_parser("show")
     show.add_argument("--name", required=True)
     show.add_argument("--signals", required=True)
     args = parser.parse_args()
-    {"collect": cmd_collect, "fit": cmd_fit, "search": cmd_search, "show": cmd_show}[args.cmd](args)
+    {
+        "collect": cmd_collect,
+        "fit": cmd_fit,
+        "search": cmd_search,
+        "score": cmd_score,
+        "show": cmd_show,
+    }[args.cmd](args)
 
 
 if __name__ == "__main__":
