@@ -11,6 +11,13 @@ one query. One job per module:
 :mod:`.signals`
     the database signals of one query and its hits (:func:`compute_signals`): unknown terms and
     names, IDF coverage, similarity, leg overlap, score gap.
+:mod:`.focus`
+    the question's focus (its rarest content words in general English) and how well the best
+    passages cover it (``focus_coverage``: held lexically, else the nearest passage word by
+    embedding).
+:mod:`.profile`
+    the corpus's own similarity scale, measured from random in-corpus pseudo-queries
+    (``relative_similarity``).
 :mod:`.rule`
     the rule (a disjunction of threshold clauses on the signals), its JSON form, and where it
     is stored (the ``abstention_rule`` setting, else ``kb.settings``, else the default).
