@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pickle
 import time
@@ -225,6 +226,29 @@ def cmd_score(args: argparse.Namespace) -> None:
         print(f"  {name:30s} {_rates(rule, rows)}")
 
 
+def cmd_separation(args: argparse.Namespace) -> None:
+    """How well each signal alone separates unanswerable from answerable questions, whatever the
+    threshold: the area under its ROC curve (1.0 perfect, 0.5 chance; a missing value counts as
+    the answerable side), over the given sets pooled."""
+    from loader.evaluation.calibrate import DIRECTIONS
+
+    rows = [r for group in _load(args.name).values() for r in group]
+    print(f"{len(rows)} questions, {sum(not r['answerable'] for r in rows)} unanswerable")
+    for signal, op in DIRECTIONS.items():
+
+        def value(r: dict[str, Any], signal: str = signal, op: str = op) -> float:
+            v = r["signals"].get(signal)
+            if v is None:
+                return -math.inf
+            return float(v) if op.startswith(">") else -float(v)
+
+        pos = [value(r) for r in rows if not r["answerable"]]
+        neg = [value(r) for r in rows if r["answerable"]]
+        pairs = [(p > n) + 0.5 * (p == n) for p in pos for n in neg]
+        if pairs:
+            print(f"  {signal:20s} {sum(pairs) / len(pairs):.3f}")
+
+
 def cmd_show(args: argparse.Namespace) -> None:
     keys = args.signals.split(",")
     for name, rows in _load(args.name).items():
@@ -265,6 +289,8 @@ def main() -> None:
     score = sub.add_parser("score")
     score.add_argument("--name", required=True, help="collected sets (comma-separated)")
     score.add_argument("--rule", help="a rule as JSON (default: the shipped default rule)")
+    sep = sub.add_parser("separation")
+    sep.add_argument("--name", required=True, help="collected sets (comma-separated), pooled")
     show = sub.add_parser("show")
     show.add_argument("--name", required=True)
     show.add_argument("--signals", required=True)
@@ -274,6 +300,7 @@ def main() -> None:
         "fit": cmd_fit,
         "search": cmd_search,
         "score": cmd_score,
+        "separation": cmd_separation,
         "show": cmd_show,
     }[args.cmd](args)
 
