@@ -226,6 +226,30 @@ def cmd_score(args: argparse.Namespace) -> None:
         print(f"  {name:30s} {_rates(rule, rows)}")
 
 
+def cmd_import(args: argparse.Namespace) -> None:
+    """Cache the per-question signals of a ``pgkb eval --json`` report (its main set, and its
+    held-out set as ``<name>-holdout``) as collected sets, for ``score`` and ``separation``."""
+    report = json.loads(Path(args.report).read_text(encoding="utf-8"))
+    parts = {args.name: report}
+    if report.get("holdout"):
+        parts[f"{args.name}-holdout"] = report["holdout"]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for name, part in parts.items():
+        rows = [
+            {
+                "id": q["id"],
+                "text": q["question"],
+                "kind": q["kind"],
+                "answerable": bool(q["relevant"]),
+                "signals": q["signals"],
+            }
+            for q in part.get("per_question") or part.get("per_query") or []
+            if q.get("signals") is not None
+        ]
+        (CACHE / f"abst-{name}.pkl").write_bytes(pickle.dumps(rows))
+        print(f"{name}: {len(rows)} questions")
+
+
 def cmd_separation(args: argparse.Namespace) -> None:
     """How well each signal alone separates unanswerable from answerable questions, whatever the
     threshold: the area under its ROC curve (1.0 perfect, 0.5 chance; a missing value counts as
@@ -289,6 +313,9 @@ def main() -> None:
     score = sub.add_parser("score")
     score.add_argument("--name", required=True, help="collected sets (comma-separated)")
     score.add_argument("--rule", help="a rule as JSON (default: the shipped default rule)")
+    imp = sub.add_parser("import")
+    imp.add_argument("--report", required=True, help="a pgkb eval --json report")
+    imp.add_argument("--name", required=True)
     sep = sub.add_parser("separation")
     sep.add_argument("--name", required=True, help="collected sets (comma-separated), pooled")
     show = sub.add_parser("show")
@@ -301,6 +328,7 @@ def main() -> None:
         "search": cmd_search,
         "score": cmd_score,
         "separation": cmd_separation,
+        "import": cmd_import,
         "show": cmd_show,
     }[args.cmd](args)
 
