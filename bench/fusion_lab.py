@@ -211,10 +211,8 @@ def fused_chunks(
     """kb.hybrid_search's rows (chunk id, document) for these two candidate lists."""
     strict_first = bool(it["query"][0])
     share = keyword_share(it, kw)
-    if strict_first:
-        kw_w = c["kw_exact"]
-    else:
-        kw_w = c["kw"] * (share ** c["qp"] if c.get("qp") else 1.0)
+    power = share ** c["qp"] if c.get("qp") else 1.0
+    kw_w = c["kw_exact"] if strict_first else c["kw"] * power
     uri: dict[int, str] = {}
     score: dict[int, float] = defaultdict(float)
     best: dict[int, int] = {}
