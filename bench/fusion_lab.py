@@ -4,12 +4,17 @@
 (deep candidate lists, with each keyword candidate's share of the query's IDF mass) against the
 database of PGKB_DATABASE_URL and caches the rows under /work/cache/quality/. ``grid`` re-fuses
 the cached lists in Python under many parameter settings and prints document-level recall@5,
-MRR@10 and nDCG@10 per kind. The Python fusion mirrors the SQL of ``kb.hybrid_search``; the
-chosen setting is then implemented there and checked with ``pgkb eval`` (the figures must match).
+MRR@10 and nDCG@10 per kind. The Python fusion mirrors the SQL of ``kb.hybrid_search``
+(weighted RRF, the keyword leg weighed by its IDF share, lead slots) and ``pgkb eval``'s document
+ranking (the first request of 20 chunks, then doubled requests with as many candidates while
+fewer than 10 documents came back), so with ``"pipeline": true`` (the ``shipped`` row) its
+figures are the ones ``pgkb eval`` prints for the same database; a chosen setting is then
+implemented in SQL and checked with ``pgkb eval``.
 
     python bench/fusion_lab.py collect --questions eval/manual/questions-tune.json --name mt
     python bench/fusion_lab.py collect --beir DIR --qrels eval/scifact/train-tune.tsv --name st
     python bench/fusion_lab.py grid --name mt
+    python bench/fusion_lab.py grid --name mt --grid '{"pipeline":[true],"lead":[0,2,3,5]}'
 
 Tuning reads only tuning sets.
 """
@@ -111,6 +116,12 @@ def leg_path(name: str, leg: str, tag: str = "") -> Path:
     return CACHE / f"legs-{name}-{leg}{'-' + tag if tag else ''}.pkl"
 
 
+FIRST_DEPTH = 20
+"""The keyword leg's list as kb.hybrid_search's first request reads it (keyword_candidates 20:
+kb.keyword_search's bound on common words depends on match_count, so a deep list's first 20
+rows can differ from it)."""
+
+
 def cmd_collect(args: argparse.Namespace) -> None:
     import numpy as np
     import psycopg
@@ -145,9 +156,11 @@ def cmd_collect(args: argparse.Namespace) -> None:
             rows = {}
             for it in items:
                 p = {"text": it["text"], "depth": args.depth}
+                first = {"text": it["text"], "depth": FIRST_DEPTH}
                 rows[it["id"]] = {
                     "query": conn.execute(QUERY_SQL, p).fetchone(),
                     "rows": conn.execute(COLLECT_SQL, p).fetchall(),
+                    "first": conn.execute(COLLECT_SQL, first).fetchall(),
                 }
             leg_path(args.name, "keyword", args.tag).write_bytes(pickle.dumps(rows))
         conn.rollback()
@@ -162,6 +175,7 @@ def load_items(name: str, tag: str) -> list[dict[str, Any]]:
     for it in items:
         it["vector"] = vector[it["id"]]
         it["keyword"] = keyword[it["id"]]["rows"]
+        it["keyword_first"] = keyword[it["id"]].get("first") or it["keyword"][:FIRST_DEPTH]
         it["query"] = keyword[it["id"]]["query"]
     return items
 
@@ -169,8 +183,69 @@ def load_items(name: str, tag: str) -> list[dict[str, Any]]:
 # --- fusion ---------------------------------------------------------------------------------
 
 
+def pipeline_ranking(it: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """Document ranking as ``pgkb eval`` builds it (loader.evaluation.runner.ranked_documents):
+    ask for 20 chunks (vector and keyword candidates max(configured, limit)), take their
+    documents in order, and while fewer than 10 came back double the request."""
+    limit, docs = 20, []
+    while True:
+        n_v, n_k = max(c["vc"], limit), max(c["kc"], limit)
+        kw = it["keyword_first"] if n_k == FIRST_DEPTH else it["keyword"][:n_k]
+        chunks = fused_chunks(it, c, it["vector"][:n_v], kw)[:limit]
+        for _chunk_id, uri in chunks:
+            if uri not in docs:
+                docs.append(uri)
+        if len(docs) >= 10 or len(chunks) < limit or limit >= 400:
+            return docs[:10]
+        limit *= 2
+
+
+def keyword_share(it: dict[str, Any], kw: list[Any]) -> float:
+    """The IDF share of the query's lexemes held by the keyword leg's best chunk."""
+    return float(kw[0][5] or 0.0) if kw else 0.0
+
+
+def fused_chunks(
+    it: dict[str, Any], c: dict[str, Any], vec: list[Any], kw: list[Any]
+) -> list[tuple[int, str]]:
+    """kb.hybrid_search's rows (chunk id, document) for these two candidate lists."""
+    strict_first = bool(it["query"][0])
+    share = keyword_share(it, kw)
+    power = share ** c["qp"] if c.get("qp") else 1.0
+    kw_w = c["kw_exact"] if strict_first else c["kw"] * power
+    uri: dict[int, str] = {}
+    score: dict[int, float] = defaultdict(float)
+    best: dict[int, int] = {}
+    for chunk_id, source, rank, _sim in vec:
+        uri[chunk_id], best[chunk_id] = source, rank
+        score[chunk_id] += c["vw"] / (c["k"] + rank)
+    for row in kw:
+        chunk_id, source, rank = row[0], row[1], row[2]
+        uri[chunk_id], best[chunk_id] = source, min(best.get(chunk_id, rank), rank)
+        score[chunk_id] += kw_w / (c["k"] + rank)
+    order = sorted(score, key=lambda i: (-score[i], best[i], i))
+    if c.get("cap"):  # max_per_document
+        seen: dict[str, int] = defaultdict(int)
+        kept = []
+        for i in order:
+            if seen[uri[i]] < c["cap"]:
+                seen[uri[i]] += 1
+                kept.append(i)
+        order = kept
+    slot = c.get("lead") or 0
+    if slot:  # lead slots: a confident leg's best chunk goes just before the row at the slot
+        leads = {vec[0][0]} if vec else set()
+        if kw and (strict_first or share >= c.get("lead_share", 0.5)):
+            leads.add(kw[0][0])
+        pos = {i: n for n, i in enumerate(order, start=1)}
+        order.sort(key=lambda i: (slot - 0.5 if i in leads and pos[i] > slot else pos[i], pos[i]))
+    return [(i, uri[i]) for i in order]
+
+
 def fuse(it: dict[str, Any], c: dict[str, Any]) -> list[str]:
     """Document ranking of one query under fusion config ``c`` (best first)."""
+    if c.get("pipeline"):
+        return pipeline_ranking(it, c)
     vec = it["vector"][: c["vc"]]
     kw = it["keyword"][: c["kc"]]
     strict_first = bool(it["query"][0])
@@ -247,7 +322,15 @@ def fuse(it: dict[str, Any], c: dict[str, Any]) -> list[str]:
             if d not in first:
                 first[d] = 10**6 + rank
             doc_score[d] += c["dvw"] / (c["k"] + rank)
-    return sorted(doc_score, key=lambda d: (-doc_score[d], first[d]))
+    ranked = sorted(doc_score, key=lambda d: (-doc_score[d], first[d]))
+    if c.get("lead"):  # the lead slots, on documents
+        leads = [r[1] for r in vec[:1]]
+        if kw and (strict_first or keyword_share(it, kw) >= c.get("lead_share", 0.5)):
+            leads.append(kw[0][1])
+        pos = {d: n for n, d in enumerate(ranked, start=1)}
+        slot = c["lead"]
+        ranked.sort(key=lambda d: (slot - 0.5 if d in leads and pos[d] > slot else pos[d], pos[d]))
+    return ranked
 
 
 def attach_docvec(items: list[dict[str, Any]], path: Path) -> None:
@@ -266,8 +349,9 @@ def attach_docvec(items: list[dict[str, Any]], path: Path) -> None:
 
 
 def leg_ranking(it: dict[str, Any], leg: str) -> list[str]:
+    """One leg's documents in order (the keyword leg: its first 20 rows, then the deep list's)."""
     docs: list[str] = []
-    for row in it[leg]:
+    for row in [*it["keyword_first"], *it["keyword"]] if leg == "keyword" else it[leg]:
         if row[1] not in docs:
             docs.append(row[1])
     return docs
@@ -313,6 +397,21 @@ BASE = {
 }
 
 
+SHIPPED = {
+    **BASE,
+    "pipeline": True,
+    "k": 10,
+    "vw": 2.0,
+    "kw": 1.5,
+    "kw_exact": 3.0,
+    "qp": 2.0,
+    "lead": 3,
+    "lead_share": 0.5,
+}
+"""kb.hybrid_search's defaults (rrf_k 10, vector_weight 2, keyword_weight 1.5,
+exact_keyword_weight 3, keyword_confidence 2, lead_slot 3) and pgkb eval's document ranking."""
+
+
 def fmt_row(name: str, res: dict[str, dict[str, float]], kinds: list[str]) -> str:
     cells = [f"{res['all']['r5']:.3f} {res['all']['ndcg']:.3f}"]
     cells += [f"{res[k]['r5']:.3f}" if k in res else "  -  " for k in kinds]
@@ -331,11 +430,13 @@ def cmd_grid(args: argparse.Namespace) -> None:
     print(f"{'config':60s} r@5   ndcg   " + "  ".join(f"{k[:5]:5s}" for k in kinds))
     for leg in ("vector", "keyword"):
         print(fmt_row(leg, score_set(items, lambda it, leg=leg: leg_ranking(it, leg)), kinds))
+    print(fmt_row("shipped", score_set(items, lambda it: fuse(it, SHIPPED)), kinds))
     grid = json.loads(args.grid) if args.grid else {}
     keys = list(grid)
     results = []
     for values in itertools.product(*(grid[k] for k in keys)):
-        c = {**BASE, **dict(zip(keys, values, strict=True))}
+        base = SHIPPED if grid.get("pipeline") == [True] else BASE
+        c = {**base, **dict(zip(keys, values, strict=True))}
         res = score_set(items, lambda it, c=c: fuse(it, c))
         name = " ".join(f"{k}={v}" for k, v in zip(keys, values, strict=True)) or "base"
         results.append((res["all"][args.sort], name, res))

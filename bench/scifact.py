@@ -191,8 +191,9 @@ KEYWORD = """SELECT source_uri FROM kb.keyword_search(%s, 100, keyword_ranking =
              bm25_k1 => %s, bm25_b => %s, heading_weight => %s, max_postings => %s)
              ORDER BY rank"""
 VECTOR = "SELECT source_uri FROM kb.vector_search(%s, 100) ORDER BY rank"
-HYBRID = """SELECT source_uri FROM kb.hybrid_search(%s, %s, match_count => 100,
-            vector_candidates => %s, keyword_candidates => %s, rrf_k => %s) ORDER BY score DESC"""
+HYBRID = """SELECT h.source_uri FROM kb.hybrid_search(%s, %s, match_count => 100,
+            vector_candidates => %s, keyword_candidates => %s, rrf_k => %s)
+            WITH ORDINALITY AS h ORDER BY h.ordinality"""
 
 
 def _print(name: str, m: dict[str, float]) -> None:

@@ -172,6 +172,7 @@ def search(
             max_per_document=settings.max_per_document,
             exact_keyword_weight=settings.exact_keyword_weight,
             keyword_confidence=settings.keyword_confidence,
+            lead_slot=settings.lead_slot,
         )
     else:
         statement = queries.VECTOR_SEARCH if mode == "vector" else queries.KEYWORD_SEARCH

@@ -151,15 +151,20 @@ class Settings:
     vector_weight: float = 2.0
     """The vector leg counts twice the keyword leg in the fusion (chosen on the whole-manual
     and bundled tuning questions; see the retrieval measurements)."""
-    keyword_weight: float = 1.0
-    """The keyword leg's weight in the fusion."""
+    keyword_weight: float = 1.5
+    """The keyword leg's weight in the fusion when its best chunk holds all the query's words
+    (chosen with keyword_confidence and lead_slot on the tuning halves of three vocabularies)."""
     exact_keyword_weight: float = 3.0
     """The keyword leg's weight for queries that ask for exact matching (a quoted phrase, an
     identifier such as 40P01 or work_mem): such queries lean on the keyword leg."""
-    keyword_confidence: float = 1.0
+    keyword_confidence: float = 2.0
     """How far the keyword leg steps back when its evidence is weak: for a plain question its
     weight is keyword_weight * share ** keyword_confidence, share = the IDF share of the query's
     words its best chunk holds (kb.hybrid_search); 0 keeps keyword_weight whatever it matched."""
+    lead_slot: int = 3
+    """Each confident leg's best chunk is placed within the first lead_slot results: the vector
+    leg's always, the keyword leg's when the query asks for exact matching or its best chunk holds
+    at least half the query's IDF mass (kb.hybrid_search); 0 turns the lead slots off."""
     min_similarity: float | None = None
     """Drop vector hits whose cosine similarity is below this."""
     max_per_document: int | None = None
@@ -298,6 +303,8 @@ class Settings:
             problems.append(
                 f"keyword_confidence must be between 0 and 100, got {self.keyword_confidence}"
             )
+        if not 0 <= self.lead_slot <= 1000:
+            problems.append(f"lead_slot must be between 0 and 1000, got {self.lead_slot}")
         if self.max_per_document is not None and self.max_per_document < 1:
             problems.append(f"max_per_document must be at least 1, got {self.max_per_document}")
         if self.chat_timeout <= 0:

@@ -92,7 +92,7 @@ def test_bundled_sets_hold_the_baseline(sample_eval: dict[str, Any]) -> None:
 
 # --- the rules, on reports built the way the harness builds them -------------------------------
 
-PARAMS = {"embedding_model": "m", "rrf_k": 10, "keyword_weight": 1.0}
+PARAMS = {"embedding_model": "m", "rrf_k": 10, "keyword_weight": 1.5}
 QUESTIONS = {
     "e1": ("exact", ("a.html",)),
     "e2": ("exact", ("b.html",)),
@@ -219,7 +219,7 @@ def test_other_parameters_fail_until_re_recorded(recorded: Path) -> None:
     report = make_report(params={**PARAMS, "keyword_weight": 3.0, "doc_cap": 2})
     verdict = bl.check([report], recorded)
     (finding,) = verdict.failed
-    assert "keyword_weight 1.0 -> 3.0" in finding.message
+    assert "keyword_weight 1.5 -> 3.0" in finding.message
     assert "doc_cap (not recorded) -> 2" in finding.message
     assert not finding.lowers
     bl.record([report], recorded)  # no quality change: no reason needed

@@ -36,12 +36,13 @@ def test_hybrid_hits_carry_every_column(
     hits = search(conn, "vacuum", [0.0, 0.6, 0.8], settings=golden_settings, limit=3)
     assert all(isinstance(h, SearchHit) for h in hits)
     c = golden.ids
-    # vector: 3 (1.0), 4 (0.8), 2 (0.6); keyword: 4, 2 -> RRF (k=10, vector weight 2): 4, 2, 3
+    # vector: 3 (1.0), 4 (0.8), 2 (0.6); keyword: 4, 2 -> RRF (k=10, vector weight 2, keyword
+    # weight 1.5: "vacuum" is the whole query, share 1): 4, 2, 3 (3 is within its lead slot)
     s = golden_settings
-    assert (s.rrf_k, s.vector_weight, s.keyword_weight) == (10, 2.0, 1.0)
+    assert (s.rrf_k, s.vector_weight, s.keyword_weight, s.lead_slot) == (10, 2.0, 1.5, 3)
     assert [h.chunk_id for h in hits] == [c[4], c[2], c[3]]
     top = hits[0]
-    assert top.score == pytest.approx(2 / 12 + 1 / 11)
+    assert top.score == pytest.approx(2 / 12 + 1.5 / 11)
     assert (top.vector_rank, top.keyword_rank) == (2, 1)
     assert top.vector_similarity == pytest.approx(0.8)
     assert top.keyword_score is not None and top.keyword_score > 0

@@ -426,8 +426,8 @@ def test_null_embedding_is_keyword_only(conn: psycopg.Connection[Any], golden: C
     c = golden.ids
     assert [r["chunk_id"] for r in got] == [c[4], c[2]]
     assert [r["score"] for r in got] == pytest.approx(
-        [1 / 11, 1 / 12]
-    )  # keyword_weight / (10 + rank)
+        [1.5 / 11, 1.5 / 12]
+    )  # keyword_weight (1.5; "vacuum" is the whole query, share 1) / (10 + rank)
     assert all(r["vector_rank"] is None for r in got)
 
 

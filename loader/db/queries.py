@@ -94,7 +94,8 @@ SELECT chunk_id, document_id, title, source_uri, chunk_index, heading_path, cont
            max_per_document => %(max_per_document)s,
            exact_keyword_weight => %(exact_keyword_weight)s,
            ef_search => %(ef_search)s,
-           keyword_confidence => %(keyword_confidence)s)
+           keyword_confidence => %(keyword_confidence)s,
+           lead_slot => %(lead_slot)s)
 """
 
 VECTOR_SEARCH = """

@@ -73,6 +73,7 @@ def parameters(settings: Settings) -> dict[str, Any]:
         "keyword_weight": settings.keyword_weight,
         "exact_keyword_weight": settings.exact_keyword_weight,
         "keyword_confidence": settings.keyword_confidence,
+        "lead_slot": settings.lead_slot,
         "match_count": settings.match_count,
         "min_similarity": settings.min_similarity,
         "keyword_ranking": settings.keyword_ranking,
