@@ -480,6 +480,10 @@ GRANT ALL ON FUNCTION kb.query_terms(query_text text) TO kb_reader;
 REVOKE ALL ON FUNCTION kb.read_document(document_id uuid, chunk_start integer, chunk_end integer, token_budget integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.read_document(document_id uuid, chunk_start integer, chunk_end integer, token_budget integer) TO kb_reader;
 
+-- acl: FUNCTION rebuild_keyword_stats()
+REVOKE ALL ON FUNCTION kb.rebuild_keyword_stats() FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.rebuild_keyword_stats() TO kb_writer;
+
 -- acl: FUNCTION register_model(model_name text, model_dims integer, model_provider text, model_config jsonb, hnsw_m integer, hnsw_ef_construction integer)
 REVOKE ALL ON FUNCTION kb.register_model(model_name text, model_dims integer, model_provider text, model_config jsonb, hnsw_m integer, hnsw_ef_construction integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.register_model(model_name text, model_dims integer, model_provider text, model_config jsonb, hnsw_m integer, hnsw_ef_construction integer) TO kb_writer;

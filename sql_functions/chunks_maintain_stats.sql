@@ -10,7 +10,12 @@
 --                               passes 1,000 gets its whole list, one that falls back loses it,
 -- the corpus statistics a BM25 ranking needs (IDF and average chunk length) and the common
 -- words' impact-ordered postings that bound kb.keyword_search. Lexemes are upserted in sorted
--- order so concurrent writers cannot deadlock on kb.term_stats.
+-- order so concurrent writers cannot deadlock on kb.term_stats. An INSERT statement of at least
+-- 10,000 rows that at least doubles the corpus (a bulk load, e.g. one COPY of a whole corpus)
+-- calls kb.rebuild_keyword_stats() instead: the same statistics, recomputed set-wise. With the
+-- setting pgkb.defer_keyword_stats = 'on' (SET LOCAL, by a loader writing through several
+-- connections at once) it does nothing: that loader must call kb.rebuild_keyword_stats() once
+-- its writes are committed (until then the statistics are stale).
 -- Returns NULL (statement triggers return nothing).
 CREATE OR REPLACE FUNCTION kb.chunks_maintain_stats()
 RETURNS trigger
@@ -24,6 +29,10 @@ DECLARE
     n            bigint;
     len          bigint;
 BEGIN
+    -- a loader that set pgkb.defer_keyword_stats calls kb.rebuild_keyword_stats() after its load
+    IF current_setting('pgkb.defer_keyword_stats', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
     IF TG_OP IN ('DELETE', 'UPDATE') THEN
         SELECT count(*), coalesce(sum(length(o.tsv)), 0)
           INTO n, len
@@ -53,6 +62,13 @@ BEGIN
         SELECT count(*), coalesce(sum(length(nr.tsv)), 0)
           INTO n, len
           FROM new_rows nr;
+        -- a bulk load (this statement at least doubles a corpus of 10,000 chunks or more):
+        -- recompute everything set-wise instead, cheaper than the row-wise upkeep below
+        IF TG_OP = 'INSERT' AND n >= 10000
+           AND n >= (SELECT s.chunk_count FROM kb.corpus_stats s) THEN
+            PERFORM kb.rebuild_keyword_stats();
+            RETURN NULL;
+        END IF;
         delta_count := delta_count + n;
         delta_length := delta_length + len;
 
