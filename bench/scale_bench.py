@@ -63,6 +63,7 @@ LEGS = {
     "vector": "SELECT * FROM kb.vector_search(%(v)s, 20)",
     "hybrid": "SELECT * FROM kb.hybrid_search(%(q)s, %(v)s)",
 }
+PARTS = ["one_client", "extremes", "agreement", "recall", "plans", "concurrent"]
 EXACT_KEYWORD = "SELECT * FROM kb.keyword_search(%(q)s, 20, max_postings => NULL)"
 
 
@@ -159,6 +160,7 @@ def build(
     model: str,
     dims: int,
     streams: int = 1,
+    maintenance_work_mem: str = "512MB",
 ) -> tuple[str, dict[str, Any]]:
     from loader.db.connect import connect
     from loader.db.migrations import upgrade
@@ -215,7 +217,7 @@ def build(
                     len(content.split()),
                 )
             )
-        figures.update(load_chunks(url, rows, streams))
+        figures.update(load_chunks(url, rows, streams, maintenance_work_mem))
         del rows
 
         position = {did: d * CHUNKS_PER_DOCUMENT for d, did in enumerate(doc_ids)}
@@ -236,7 +238,9 @@ def build(
         figures["copy_embeddings_s"] = round(elapsed, 2)
         figures["copy_embeddings_per_s"] = round(size / elapsed)
 
-        conn.execute("SET maintenance_work_mem = '512MB'")
+        conn.execute(
+            "SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,)
+        )
         started = time.perf_counter()
         conn.execute("SELECT kb.build_model_index(%s)", (model_id,))
         conn.commit()
@@ -257,7 +261,9 @@ CHUNK_COPY = (
 )
 
 
-def load_chunks(url: str, rows: list[tuple[Any, ...]], streams: int) -> dict[str, Any]:
+def load_chunks(
+    url: str, rows: list[tuple[Any, ...]], streams: int, maintenance_work_mem: str
+) -> dict[str, Any]:
     """COPY the chunks: one statement (the statistics trigger sees a corpus loaded at once and
     recomputes kb.term_stats, kb.corpus_stats and kb.term_postings set-wise), or ``streams``
     connections at once, each with the trigger deferred (pgkb.defer_keyword_stats), then one
@@ -267,7 +273,10 @@ def load_chunks(url: str, rows: list[tuple[Any, ...]], streams: int) -> dict[str
     started = time.perf_counter()
     if streams == 1:
         with connect(url) as conn:
-            conn.execute("SET maintenance_work_mem = '512MB'")  # the postings index build
+            # the postings index build
+            conn.execute(
+                "SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,)
+            )
             with conn.cursor().copy(CHUNK_COPY) as copy:
                 for row in rows:
                     copy.write_row(row)
@@ -298,7 +307,9 @@ def load_chunks(url: str, rows: list[tuple[Any, ...]], streams: int) -> dict[str
             raise errors[0]
         copied = time.perf_counter() - started
         with connect(url) as conn:
-            conn.execute("SET maintenance_work_mem = '512MB'")
+            conn.execute(
+                "SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,)
+            )
             conn.execute("SELECT kb.rebuild_keyword_stats()")
         elapsed = time.perf_counter() - started
     return {
@@ -534,6 +545,16 @@ def main(argv: list[str] | None = None) -> None:
         "--build-only", action="store_true", help="build the corpora (and storage), measure nothing"
     )
     parser.add_argument(
+        "--maintenance-work-mem",
+        default="512MB",
+        help="for the index builds (the HNSW graph of 1M 384-dim vectors needs about 3GB)",
+    )
+    parser.add_argument(
+        "--measure",
+        default=",".join(PARTS),
+        help=f"which measurements, comma-separated (default all: {','.join(PARTS)})",
+    )
+    parser.add_argument(
         "--reuse",
         action="store_true",
         help="measure again the databases a --keep run built (build figures from its --json)",
@@ -586,7 +607,14 @@ def main(argv: list[str] | None = None) -> None:
             figures.pop("concurrent", None)
         else:
             url, figures = build(
-                admin, size, texts + sci_texts, vectors, model, dims, args.copy_streams
+                admin,
+                size,
+                texts + sci_texts,
+                vectors,
+                model,
+                dims,
+                args.copy_streams,
+                args.maintenance_work_mem,
             )
         print(f"    built: {json.dumps({k: v for k, v in figures.items() if k != 'storage'})}")
         print(f"    storage: {json.dumps(figures['storage'])}", flush=True)
@@ -594,21 +622,30 @@ def main(argv: list[str] | None = None) -> None:
             results["sizes"][str(size)] = figures
             args.json.write_text(json.dumps(results, indent=2))
             continue
+        parts = set(args.measure.split(","))
         with connect(url, autocommit=True) as conn:
-            figures["one_client"] = one_client(conn, queries, qvecs)
-            figures["keyword_extremes"] = keyword_extremes(conn, long_queries)
-            figures["keyword_agreement"] = keyword_agreement(conn, queries)
-            figures["recall"] = recall(conn, qvecs[: args.recall_queries], dims)
-            longest = queries.index(long_queries[0])
-            figures["plans"] = plans(
-                conn, (queries[0], qvecs[0]), (queries[longest], qvecs[longest])
-            )
-        figures["concurrent"] = concurrent(url, args.clients, queries, qvecs)
+            figures["load_average"] = Path("/proc/loadavg").read_text().split()[:3]
+            if "one_client" in parts:
+                figures["one_client"] = one_client(conn, queries, qvecs)
+            if "extremes" in parts:
+                figures["keyword_extremes"] = keyword_extremes(conn, long_queries)
+            if "agreement" in parts:
+                figures["keyword_agreement"] = keyword_agreement(conn, queries)
+            if "recall" in parts:
+                figures["recall"] = recall(conn, qvecs[: args.recall_queries], dims)
+            if "plans" in parts:
+                longest = queries.index(long_queries[0])
+                figures["plans"] = plans(
+                    conn, (queries[0], qvecs[0]), (queries[longest], qvecs[longest])
+                )
+        if "concurrent" in parts:
+            figures["concurrent"] = concurrent(url, args.clients, queries, qvecs)
+        figures["load_average_after"] = Path("/proc/loadavg").read_text().split()[:3]
         results["sizes"][str(size)] = figures
         args.json.write_text(json.dumps(results, indent=2))
         if not args.keep:
             drop_database(admin, f"pgkb_scale_{size}")
-    if not args.build_only:
+    if not args.build_only and set(args.measure.split(",")) >= set(PARTS):
         print_table(results)
     print(f"\nJSON: {args.json}")
 
