@@ -1,10 +1,11 @@
 """halfvec against vector for one model's HNSW index, on a corpus kept by bench/scale_bench.py:
-build time and size of a halfvec HNSW index built beside the existing one, then recall@20 against
-an exact full-precision scan and the server-side time of the bare index scan, for both indexes
-at several ef_search (iterative scan relaxed_order, as kb.vector_search sets it). The probe index
-is dropped at the end.
+build time and size of a second HNSW index built beside the existing one (halfvec by default;
+with --m/--ef-construction, a vector index with those build parameters instead), then recall@20
+against an exact full-precision scan and the server-side time of the bare index scan, for both
+indexes at several ef_search (iterative scan relaxed_order, as kb.vector_search sets it). The
+probe index is dropped at the end.
 
-    python bench/halfvec_probe.py CORPUS_URL QUERIES_JSON OUT_JSON [N_QUERIES]
+    python bench/halfvec_probe.py CORPUS_URL QUERIES_JSON OUT_JSON [N_QUERIES] [M EF_CONSTRUCTION]
 
 QUERIES_JSON: the query vectors scale_bench.py cached beside its --json (<name>.queries.json).
 """
@@ -33,6 +34,11 @@ def main() -> None:
 
     url, queries, target = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     n = int(sys.argv[4]) if len(sys.argv) > 4 else 200
+    params = (int(sys.argv[5]), int(sys.argv[6])) if len(sys.argv) > 6 else None
+    probe_type = "halfvec" if params is None else "vector"
+    with_params = (
+        "" if params is None else f" WITH (m = {params[0]}, ef_construction = {params[1]})"
+    )
     vs = [Vector(v) for v in json.loads(queries.read_text())["vectors"][:n]]
     out: dict[str, object] = {}
     with connect(url, autocommit=True) as conn:
@@ -45,11 +51,12 @@ def main() -> None:
         )
         truth = [{r[0] for r in conn.execute(exact, {"v": v})} for v in vs]
         conn.execute("RESET enable_indexscan")
-        conn.execute("SET maintenance_work_mem = '512MB'")
+        conn.execute("SET maintenance_work_mem = '3GB'")
         started = time.perf_counter()
         conn.execute(
             f"CREATE INDEX IF NOT EXISTS embeddings_hnsw_half_probe ON kb.embeddings "
-            f"USING hnsw ((embedding::halfvec({dims})) halfvec_cosine_ops) WHERE model_id = 1"
+            f"USING hnsw ((embedding::{probe_type}({dims})) {probe_type}_cosine_ops)"
+            f"{with_params} WHERE model_id = 1"
         )
         out["halfvec_build_s"] = round(time.perf_counter() - started, 1)
         out["load_during_build"] = load()
@@ -65,16 +72,20 @@ def main() -> None:
         forms = {
             "vector": f"SELECT chunk_id FROM kb.embeddings WHERE model_id = 1 "
             f"ORDER BY embedding::vector({dims}) <=> %(v)s LIMIT 20",
-            "halfvec": f"SELECT chunk_id FROM kb.embeddings WHERE model_id = 1 "
-            f"ORDER BY embedding::halfvec({dims}) <=> %(v)s::halfvec({dims}) LIMIT 20",
+            "probe": f"SELECT chunk_id FROM kb.embeddings WHERE model_id = 1 "
+            f"ORDER BY embedding::{probe_type}({dims}) <=> %(v)s::{probe_type}({dims}) LIMIT 20",
         }
+        if params is not None:  # the same expression: hide the model's index (rolled back)
+            conn.execute("BEGIN")
+            conn.execute("DROP INDEX kb.embeddings_hnsw_model_1")
+            del forms["vector"]
         for ef in (40, 100, 200, 400):
             conn.execute(f"SET hnsw.ef_search = {ef}")
             for name, sql in forms.items():
                 plan = json.dumps(
                     conn.execute("EXPLAIN (FORMAT JSON) " + sql, {"v": vs[0]}).fetchone()[0]
                 )  # type: ignore[index]
-                assert ("embeddings_hnsw_half_probe" in plan) == (name == "halfvec"), plan
+                assert ("embeddings_hnsw_half_probe" in plan) == (name == "probe"), plan
                 for v in vs[:10]:
                     conn.execute(sql, {"v": v}).fetchall()
                 hits, times = [], []
@@ -89,6 +100,8 @@ def main() -> None:
                     "load": load(),
                 }
                 print(key, out[key], flush=True)
+        if params is not None:
+            conn.execute("ROLLBACK")
         conn.execute("DROP INDEX kb.embeddings_hnsw_half_probe")
     target.write_text(json.dumps(out, indent=1))
 
