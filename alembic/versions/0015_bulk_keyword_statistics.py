@@ -9,7 +9,7 @@ connections, which then calls the rebuild). kb.term_impacts reads length(tsv) on
 instead of once per lexeme (the same values; each read detoasted the whole tsvector).
 
 Revision ID: 0015
-Revises: 0012
+Revises: 0013
 """
 
 from alembic import op
@@ -17,7 +17,7 @@ from alembic import op
 from loader.migration_ops import apply_functions, revert_functions
 
 revision = "0015"
-down_revision = '0012'
+down_revision = '0013'
 branch_labels = None
 depends_on = None
 
