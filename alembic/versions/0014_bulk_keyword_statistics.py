@@ -8,7 +8,7 @@ corpus, and does nothing while pgkb.defer_keyword_stats = 'on' (a loader writing
 connections, which then calls the rebuild). kb.term_impacts reads length(tsv) once per call
 instead of once per lexeme (the same values; each read detoasted the whole tsvector).
 
-Revision ID: 0015
+Revision ID: 0014
 Revises: 0013
 """
 
@@ -16,7 +16,7 @@ from alembic import op
 
 from loader.migration_ops import apply_functions, revert_functions
 
-revision = "0015"
+revision = "0014"
 down_revision = '0013'
 branch_labels = None
 depends_on = None
