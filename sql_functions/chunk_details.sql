@@ -16,7 +16,8 @@ AS $$
     SELECT c.id, d.category, d.metadata, c.token_count
       FROM kb.chunks c
       JOIN kb.documents d ON d.id = c.document_id
-     WHERE c.id = ANY (chunk_details.chunk_ids[1:1000]);
+     WHERE c.id = ANY (chunk_details.chunk_ids[1:1000])
+       AND coalesce(d.collection = ANY ((SELECT kb.readable_collections())), true);
 $$;
 
 COMMENT ON FUNCTION kb.chunk_details(bigint[]) IS

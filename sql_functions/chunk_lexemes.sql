@@ -15,7 +15,9 @@ AS $$
            array(SELECT unnest(tsvector_to_array(c.tsv))
                  INTERSECT SELECT unnest(chunk_lexemes.lexemes[1:1000]))
       FROM kb.chunks c
-     WHERE c.id = ANY (chunk_lexemes.chunk_ids[1:1000]);
+      JOIN kb.documents d ON d.id = c.document_id
+     WHERE c.id = ANY (chunk_lexemes.chunk_ids[1:1000])
+       AND coalesce(d.collection = ANY ((SELECT kb.readable_collections())), true);
 $$;
 
 COMMENT ON FUNCTION kb.chunk_lexemes(bigint[], text[]) IS

@@ -16,7 +16,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT numnode(phraseto_tsquery('english'::regconfig, left(phrase, 1000))) = 0
         OR EXISTS (SELECT 1 FROM kb.chunks c
+                     JOIN kb.documents d ON d.id = c.document_id
                     WHERE c.tsv @@ phraseto_tsquery('english'::regconfig, left(phrase, 1000))
+                      AND coalesce(d.collection = ANY ((SELECT kb.readable_collections())), true)
                       AND (c.heading_path || ' ' || c.content) ~* left(surface_regex, 1000));
 $$;
 

@@ -19,7 +19,9 @@ AS $$
     WITH picked AS (
         SELECT c.id, pg_catalog.regexp_split_to_array(pg_catalog.btrim(c.content), '\s+') AS words
           FROM kb.chunks c
+          JOIN kb.documents d ON d.id = c.document_id
          WHERE pg_catalog.length(c.content) > 200
+           AND coalesce(d.collection = ANY ((SELECT kb.readable_collections())), true)
          ORDER BY pg_catalog.md5('pgkb-profile:' || c.id::text), c.id
          LIMIT least(greatest(coalesce(sample_size, 0), 0), 1000)
     )

@@ -42,23 +42,25 @@ AS $$
                                 'title', o.title, 'source_uri', o.source_uri)
                             ORDER BY o.title, o.id, r.relation_type)
                        FROM kb.document_relations r JOIN kb.documents o ON o.id = r.target_id
-                      WHERE r.source_id = d.id), '[]'::jsonb),
+                      WHERE r.source_id = d.id AND kb.collection_readable(o.collection)), '[]'::jsonb),
            coalesce((SELECT jsonb_agg(jsonb_build_object(
                                 'relation_type', r.relation_type, 'origin', r.origin,
                                 'evidence', r.evidence, 'document_id', o.id::text,
                                 'title', o.title, 'source_uri', o.source_uri)
                             ORDER BY o.title, o.id, r.relation_type)
                        FROM kb.document_relations r JOIN kb.documents o ON o.id = r.source_id
-                      WHERE r.target_id = d.id), '[]'::jsonb),
+                      WHERE r.target_id = d.id AND kb.collection_readable(o.collection)), '[]'::jsonb),
            coalesce((SELECT jsonb_agg(jsonb_build_object('target_uri', l.target_uri,
                                                          'anchor', l.anchor)
                             ORDER BY l.target_uri)
                        FROM kb.document_links l
                       WHERE l.source_id = d.id
                         AND NOT EXISTS (SELECT 1 FROM kb.documents t
-                                         WHERE t.source_uri = l.target_uri)), '[]'::jsonb)
+                                         WHERE t.source_uri = l.target_uri
+                                           AND t.collection = d.collection)), '[]'::jsonb)
       FROM kb.documents d
-     WHERE d.id = show_document.document_id;
+     WHERE d.id = show_document.document_id
+       AND kb.collection_readable(d.collection);  -- the caller's collections only
 $$;
 
 COMMENT ON FUNCTION kb.show_document(uuid) IS
