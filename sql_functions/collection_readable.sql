@@ -1,9 +1,10 @@
 -- kb.collection_readable(collection text) -> boolean
 --
--- Whether the session's login role may read documents of `collection` (kb.readable_collections):
--- the check the single-document reader functions (kb.read_document, kb.neighbor_chunks,
--- kb.show_document, kb.chunk_details, ...) and the row-level security policies of the kb tables
--- apply. false for NULL. Reads only (STABLE).
+-- Whether a read may see documents of `collection`: it is within kb.collection_scope(NULL) (the
+-- session's login role's grants, narrowed by the session setting pgkb.collections). The check
+-- the single-document reader functions (kb.read_document, kb.neighbor_chunks, kb.show_document,
+-- ...) and the row-level security policies of the kb tables apply. false for NULL. Reads only
+-- (STABLE).
 CREATE OR REPLACE FUNCTION kb.collection_readable(collection text)
 RETURNS boolean
 LANGUAGE sql
@@ -14,11 +15,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT collection_readable.collection IS NOT NULL
        AND coalesce(collection_readable.collection = ANY (r.names), true)
-      FROM (SELECT kb.readable_collections() AS names) r;
+      FROM (SELECT kb.collection_scope(NULL) AS names) r;
 $$;
 
 COMMENT ON FUNCTION kb.collection_readable(text) IS
-'Whether the session''s login role may read documents of the collection (kb.readable_collections); false for NULL.';
+'Whether a read may see documents of the collection: within kb.collection_scope(NULL), the caller''s grants narrowed by the session''s collections; false for NULL.';
 
 REVOKE ALL ON FUNCTION kb.collection_readable(text) FROM PUBLIC;
 DO $$

@@ -9,6 +9,9 @@
 -- document_id, title, source_uri}, ordered by title then relation type) and the links it makes
 -- to sources that are not in the knowledge base (JSON array of {target_uri, anchor}). No row
 -- when the document does not exist. Reads only (STABLE).
+-- No row either when the document is in a collection the caller may not read
+-- (kb.collection_readable); its edges list only documents the caller may read, and a link
+-- counts as unresolved unless its target is in the document's own collection.
 CREATE OR REPLACE FUNCTION kb.show_document(document_id uuid)
 RETURNS TABLE (
     id uuid,

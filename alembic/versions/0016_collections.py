@@ -31,6 +31,8 @@ FUNCTIONS: dict[str, str | None] = {
 -- chunks of chunk_ids that exist (in no particular order): what the vector-only and
 -- keyword-only searches add to their rows so that every search mode returns the same columns.
 -- At most the first 1,000 ids are read. Reads only (STABLE).
+-- Only chunks of documents in the caller's collections (kb.collection_scope): others are
+-- left out as if they did not exist.
 CREATE OR REPLACE FUNCTION kb.chunk_details(chunk_ids bigint[])
 RETURNS TABLE (chunk_id bigint, category text, metadata jsonb, token_count integer)
 LANGUAGE sql
@@ -43,7 +45,7 @@ AS $$
       FROM kb.chunks c
       JOIN kb.documents d ON d.id = c.document_id
      WHERE c.id = ANY (chunk_details.chunk_ids[1:1000])
-       AND coalesce(d.collection = ANY ((SELECT kb.readable_collections())), true);
+       AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))), true);
 $$;
 
 COMMENT ON FUNCTION kb.chunk_details(bigint[]) IS
@@ -63,6 +65,8 @@ $$;
 -- For each chunk of chunk_ids that exists (the first 1,000 ids), which of `lexemes` (the first
 -- 1,000) its text holds (its tsv). In no particular order. The abstention gate's coverage
 -- signal: how much of the query's IDF weight the best hit carries. Reads only (STABLE).
+-- Only chunks of documents in the caller's collections (kb.collection_scope): others are
+-- left out as if they did not exist.
 CREATE OR REPLACE FUNCTION kb.chunk_lexemes(chunk_ids bigint[], lexemes text[])
 RETURNS TABLE (chunk_id bigint, lexemes text[])
 LANGUAGE sql
@@ -77,7 +81,7 @@ AS $$
       FROM kb.chunks c
       JOIN kb.documents d ON d.id = c.document_id
      WHERE c.id = ANY (chunk_lexemes.chunk_ids[1:1000])
-       AND coalesce(d.collection = ANY ((SELECT kb.readable_collections())), true);
+       AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))), true);
 $$;
 
 COMMENT ON FUNCTION kb.chunk_lexemes(bigint[], text[]) IS
@@ -138,10 +142,11 @@ $$;
 """,
     'collection_readable': r"""-- kb.collection_readable(collection text) -> boolean
 --
--- Whether the session's login role may read documents of `collection` (kb.readable_collections):
--- the check the single-document reader functions (kb.read_document, kb.neighbor_chunks,
--- kb.show_document, kb.chunk_details, ...) and the row-level security policies of the kb tables
--- apply. false for NULL. Reads only (STABLE).
+-- Whether a read may see documents of `collection`: it is within kb.collection_scope(NULL) (the
+-- session's login role's grants, narrowed by the session setting pgkb.collections). The check
+-- the single-document reader functions (kb.read_document, kb.neighbor_chunks, kb.show_document,
+-- ...) and the row-level security policies of the kb tables apply. false for NULL. Reads only
+-- (STABLE).
 CREATE OR REPLACE FUNCTION kb.collection_readable(collection text)
 RETURNS boolean
 LANGUAGE sql
@@ -152,11 +157,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT collection_readable.collection IS NOT NULL
        AND coalesce(collection_readable.collection = ANY (r.names), true)
-      FROM (SELECT kb.readable_collections() AS names) r;
+      FROM (SELECT kb.collection_scope(NULL) AS names) r;
 $$;
 
 COMMENT ON FUNCTION kb.collection_readable(text) IS
-'Whether the session''s login role may read documents of the collection (kb.readable_collections); false for NULL.';
+'Whether a read may see documents of the collection: within kb.collection_scope(NULL), the caller''s grants narrowed by the session''s collections; false for NULL.';
 
 REVOKE ALL ON FUNCTION kb.collection_readable(text) FROM PUBLIC;
 DO $$
@@ -172,15 +177,20 @@ $$;
 """,
     'collection_scope': r"""-- kb.collection_scope(requested text[]) -> text[]
 --
--- The collections a read may look in: the requested ones (NULL or empty: every collection the
--- caller may read, see kb.readable_collections), each of which must exist and be readable by
--- the caller. Returns NULL when that means every collection with no restriction (a caller who
--- reads everything and requested none), otherwise the sorted, distinct collection names (an
--- empty array when the caller may read none). A requested collection that does not exist or
--- that the caller may not read raises invalid_parameter_value with the same message either way,
--- so the error does not tell whether a collection the caller cannot read exists. Every reader
--- function applies it (through kb.search_filters, or kb.collection_readable for one document).
--- Reads only (STABLE).
+-- The collections a read may look in. Three narrowings, each within the one before:
+--   1. the caller's grants: kb.readable_collections (NULL = every collection);
+--   2. the session's collections: the setting pgkb.collections (comma-separated names, what
+--      `pgkb ... --collection` and the servers' --collection set on their connections; unset or
+--      empty = no narrowing). Any role may set it, and it only ever narrows;
+--   3. requested (NULL or empty = no narrowing).
+-- Every name in 2 and 3 must exist and be readable by the caller, and every name in 3 must be
+-- within 2; otherwise invalid_parameter_value, with the same message whether the collection
+-- does not exist or the caller may not read it, so the error does not tell whether a collection
+-- the caller cannot read exists. Returns NULL when the result is every collection with no
+-- restriction (a caller who reads everything, no session collections, none requested),
+-- otherwise the sorted, distinct names (an empty array when the caller may read none). Every
+-- reader function applies it, through kb.search_filters (key collections) or
+-- kb.collection_readable. At most 1000 names are read from each list. Reads only (STABLE).
 CREATE OR REPLACE FUNCTION kb.collection_scope(requested text[])
 RETURNS text[]
 LANGUAGE plpgsql
@@ -191,15 +201,23 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     readable text[] := kb.readable_collections();
+    raw text := nullif(pg_catalog.btrim(pg_catalog.current_setting('pgkb.collections', true)), '');
+    session_names text[];
     wanted text[];
     bad text;
 BEGIN
-    IF requested IS NULL OR pg_catalog.cardinality(requested) = 0 THEN
-        RETURN readable;
+    IF raw IS NOT NULL THEN
+        session_names := ARRAY(
+            SELECT DISTINCT pg_catalog.btrim(x)
+              FROM pg_catalog.unnest((pg_catalog.string_to_array(raw, ','))[1:1000]) AS x
+             WHERE pg_catalog.btrim(x) <> ''
+             ORDER BY 1);
     END IF;
-    wanted := ARRAY(SELECT DISTINCT r FROM pg_catalog.unnest(requested[1:1000]) AS r ORDER BY r);
+    IF requested IS NOT NULL AND pg_catalog.cardinality(requested) > 0 THEN
+        wanted := ARRAY(SELECT DISTINCT r FROM pg_catalog.unnest(requested[1:1000]) AS r ORDER BY r);
+    END IF;
     SELECT r INTO bad
-      FROM pg_catalog.unnest(wanted) AS r
+      FROM pg_catalog.unnest(coalesce(session_names, '{}') || coalesce(wanted, '{}')) AS r
      WHERE r IS NULL
         OR NOT (readable IS NULL OR r = ANY (readable))
         OR NOT EXISTS (SELECT 1 FROM kb.collections c WHERE c.name = r)
@@ -208,14 +226,24 @@ BEGIN
         RAISE EXCEPTION 'no collection % that role % may read',
             coalesce(pg_catalog.quote_literal(bad), 'NULL'), session_user
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'pgkb collections lists the collections; pgkb db grant ROLE --read --collection NAME gives one';
+                  HINT = 'pgkb collections lists the collections you may read; pgkb db grant ROLE --read --collection NAME gives one';
     END IF;
-    RETURN wanted;
+    IF wanted IS NOT NULL AND session_names IS NOT NULL THEN
+        SELECT r INTO bad FROM pg_catalog.unnest(wanted) AS r
+         WHERE NOT (r = ANY (session_names)) LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'collection % is outside this session''s collections (%)',
+                pg_catalog.quote_literal(bad), pg_catalog.array_to_string(session_names, ', ')
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'ask for one of them, or leave collections out';
+        END IF;
+    END IF;
+    RETURN coalesce(wanted, session_names, readable);
 END;
 $$;
 
 COMMENT ON FUNCTION kb.collection_scope(text[]) IS
-'The collections a read may look in: the requested ones (each must exist and be readable by the caller, else one error for both cases) or, for NULL, every readable one; NULL = no restriction. Maximum: 1000 names.';
+'The collections a read may look in: the caller''s grants, narrowed by the session setting pgkb.collections, narrowed by requested (each name must exist and be readable, one error for both cases); NULL = no restriction. Maximum: 1000 names per list.';
 
 REVOKE ALL ON FUNCTION kb.collection_scope(text[]) FROM PUBLIC;
 DO $$
@@ -877,6 +905,8 @@ $$;
 -- (case-insensitive; the abstention gate passes the phrase as whole words, so "LATERAL" is not
 -- found in a chunk that says "later"). The first 1,000 characters of each argument are read.
 -- An invalid regular expression raises invalid_regular_expression. Reads only (STABLE).
+-- Only chunks of the caller's collections (kb.collection_scope) count, so the answer says
+-- nothing about a collection the caller may not read.
 CREATE OR REPLACE FUNCTION kb.name_found(phrase text, surface_regex text)
 RETURNS boolean
 LANGUAGE sql
@@ -889,7 +919,7 @@ AS $$
         OR EXISTS (SELECT 1 FROM kb.chunks c
                      JOIN kb.documents d ON d.id = c.document_id
                     WHERE c.tsv @@ phraseto_tsquery('english'::regconfig, left(phrase, 1000))
-                      AND coalesce(d.collection = ANY ((SELECT kb.readable_collections())), true)
+                      AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))), true)
                       AND (c.heading_path || ' ' || c.content) ~* left(surface_regex, 1000));
 $$;
 
@@ -979,6 +1009,7 @@ $$;
 -- a question's best similarity against that distribution (loader.answer.abstention.profile):
 -- a threshold on the relative similarity travels between corpora and embedding models where
 -- one on the raw cosine does not. sample_size is clamped to 0..1,000. Reads only (STABLE).
+-- Only chunks of the caller's collections (kb.collection_scope) are sampled.
 CREATE OR REPLACE FUNCTION kb.pseudo_queries(sample_size integer DEFAULT 200)
 RETURNS TABLE (chunk_id bigint, query text)
 LANGUAGE sql
@@ -992,7 +1023,7 @@ AS $$
           FROM kb.chunks c
           JOIN kb.documents d ON d.id = c.document_id
          WHERE pg_catalog.length(c.content) > 200
-           AND coalesce(d.collection = ANY ((SELECT kb.readable_collections())), true)
+           AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))), true)
          ORDER BY pg_catalog.md5('pgkb-profile:' || c.id::text), c.id
          LIMIT least(greatest(coalesce(sample_size, 0), 0), 1000)
     )
@@ -1388,6 +1419,9 @@ COMMENT ON FUNCTION kb.search_filters(jsonb) IS
 -- document_id, title, source_uri}, ordered by title then relation type) and the links it makes
 -- to sources that are not in the knowledge base (JSON array of {target_uri, anchor}). No row
 -- when the document does not exist. Reads only (STABLE).
+-- No row either when the document is in a collection the caller may not read
+-- (kb.collection_readable); its edges list only documents the caller may read, and a link
+-- counts as unresolved unless its target is in the document's own collection.
 CREATE OR REPLACE FUNCTION kb.show_document(document_id uuid)
 RETURNS TABLE (
     id uuid,

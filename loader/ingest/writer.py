@@ -16,6 +16,7 @@ import psycopg
 
 from loader.db import queries
 from loader.errors import PgkbError
+from loader.filters import DEFAULT_COLLECTION
 from loader.graph.links import Link
 from loader.graph.store import GraphWriter
 from loader.ingest.bulk_index import BulkIndex
@@ -82,8 +83,13 @@ class Writer:
         report: IngestReport,
         progress: ProgressCallback | None,
         bulk: BulkIndex | None = None,
+        *,
+        collection: str = DEFAULT_COLLECTION,
+        graph_across_collections: bool = False,
     ) -> None:
         self.conn = conn
+        self.collection = collection
+        """The collection every document of the run is written into."""
         self.bulk = bulk
         """Told how many embeddings each batch writes, before it writes them (it may drop the
         model's HNSW index for a bulk load; see :mod:`loader.ingest.bulk_index`)."""
@@ -94,7 +100,7 @@ class Writer:
         self.progress = progress
         self.pending: list[Prepared] = []
         self.pending_texts = 0
-        self.graph = GraphWriter()
+        self.graph = GraphWriter(None if graph_across_collections else collection)
 
     def finish_graph(self, settings: Settings) -> None:
         """The graph's end-of-run work (mentions, chat-model metadata and edges)."""
@@ -175,6 +181,7 @@ class Writer:
                     prepared.content_sha,
                     prepared.category,
                     json.dumps(prepared.metadata, default=json_default, ensure_ascii=False),
+                    self.collection,
                 ),
             ).fetchone()
             assert row is not None
@@ -314,8 +321,13 @@ def _refusal(what: str, pid: int | None, name: str) -> str:
     return f"{who} is writing to this knowledge base; {what} does not run beside it"
 
 
-def stored_shas(conn: psycopg.Connection[Any]) -> dict[str, str]:
-    rows = conn.execute(queries.STORED_SHAS).fetchall()
+def stored_shas(
+    conn: psycopg.Connection[Any], collection: str = DEFAULT_COLLECTION
+) -> dict[str, str]:
+    """The stored documents of ``collection`` (which it creates when it is new): source_uri ->
+    content_sha."""
+    conn.execute(queries.ENSURE_COLLECTION, (collection,))
+    rows = conn.execute(queries.STORED_SHAS, (collection,)).fetchall()
     conn.commit()
     return {uri: sha for uri, sha in rows}
 
@@ -352,6 +364,7 @@ def prune_missing(
     max_fraction: float = 0.5,
     force: bool = False,
     names: SourceNames | None = None,
+    collection: str = DEFAULT_COLLECTION,
 ) -> int:
     """Delete documents under the scanned folders whose files no longer exist.
 
@@ -359,7 +372,8 @@ def prune_missing(
     that could not be listed are kept. When the deletion would remove more than
     ``max_fraction`` of the documents under the scanned folders (an unmounted disk, a wrong
     path), nothing is deleted and the run reports a failure, unless ``force``. ``names``: how
-    source_uri is formed (absolute, or relative to the source root).
+    source_uri is formed (absolute, or relative to the source root). Only documents of
+    ``collection`` are considered.
     """
     names = names or SourceNames()
     present = {names.uri(f) for f in scan.files}
@@ -368,7 +382,7 @@ def prune_missing(
     for root in scan.roots:
         rows = conn.execute(
             queries.SOURCE_URIS_LIKE,
-            (names.like_prefix(root),),
+            (names.like_prefix(root), collection),
         ).fetchall()
         total += len(rows)
         for (uri,) in rows:
@@ -391,7 +405,7 @@ def prune_missing(
         )
         return 0
     with conn.transaction():
-        conn.execute(queries.DELETE_DOCUMENTS, (doomed,))
+        conn.execute(queries.DELETE_DOCUMENTS, (doomed, collection))
     for uri in doomed:
         log.info("pruned: %s", uri)
     return len(doomed)
