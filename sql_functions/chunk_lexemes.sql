@@ -19,7 +19,7 @@ AS $$
       FROM kb.chunks c
       JOIN kb.documents d ON d.id = c.document_id
      WHERE c.id = ANY (chunk_lexemes.chunk_ids[1:1000])
-       AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))), true);
+       AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))::text[]), true);
 $$;
 
 COMMENT ON FUNCTION kb.chunk_lexemes(bigint[], text[]) IS

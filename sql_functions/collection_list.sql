@@ -23,7 +23,7 @@ AS $$
            (SELECT count(*) FROM kb.chunks ch JOIN kb.documents d ON d.id = ch.document_id
              WHERE d.collection = c.name)
       FROM kb.collections c
-     WHERE coalesce(c.name = ANY ((SELECT kb.readable_collections())), true)
+     WHERE coalesce(c.name = ANY ((SELECT kb.readable_collections())::text[]), true)
      ORDER BY c.name;
 $$;
 

@@ -20,7 +20,7 @@ AS $$
         OR EXISTS (SELECT 1 FROM kb.chunks c
                      JOIN kb.documents d ON d.id = c.document_id
                     WHERE c.tsv @@ phraseto_tsquery('english'::regconfig, left(phrase, 1000))
-                      AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))), true)
+                      AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))::text[]), true)
                       AND (c.heading_path || ' ' || c.content) ~* left(surface_regex, 1000));
 $$;
 

@@ -22,7 +22,7 @@ AS $$
           FROM kb.chunks c
           JOIN kb.documents d ON d.id = c.document_id
          WHERE pg_catalog.length(c.content) > 200
-           AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))), true)
+           AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))::text[]), true)
          ORDER BY pg_catalog.md5('pgkb-profile:' || c.id::text), c.id
          LIMIT least(greatest(coalesce(sample_size, 0), 0), 1000)
     )

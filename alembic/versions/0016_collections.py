@@ -45,7 +45,7 @@ AS $$
       FROM kb.chunks c
       JOIN kb.documents d ON d.id = c.document_id
      WHERE c.id = ANY (chunk_details.chunk_ids[1:1000])
-       AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))), true);
+       AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))::text[]), true);
 $$;
 
 COMMENT ON FUNCTION kb.chunk_details(bigint[]) IS
@@ -81,7 +81,7 @@ AS $$
       FROM kb.chunks c
       JOIN kb.documents d ON d.id = c.document_id
      WHERE c.id = ANY (chunk_lexemes.chunk_ids[1:1000])
-       AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))), true);
+       AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))::text[]), true);
 $$;
 
 COMMENT ON FUNCTION kb.chunk_lexemes(bigint[], text[]) IS
@@ -121,7 +121,7 @@ AS $$
            (SELECT count(*) FROM kb.chunks ch JOIN kb.documents d ON d.id = ch.document_id
              WHERE d.collection = c.name)
       FROM kb.collections c
-     WHERE coalesce(c.name = ANY ((SELECT kb.readable_collections())), true)
+     WHERE coalesce(c.name = ANY ((SELECT kb.readable_collections())::text[]), true)
      ORDER BY c.name;
 $$;
 
@@ -919,7 +919,7 @@ AS $$
         OR EXISTS (SELECT 1 FROM kb.chunks c
                      JOIN kb.documents d ON d.id = c.document_id
                     WHERE c.tsv @@ phraseto_tsquery('english'::regconfig, left(phrase, 1000))
-                      AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))), true)
+                      AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))::text[]), true)
                       AND (c.heading_path || ' ' || c.content) ~* left(surface_regex, 1000));
 $$;
 
@@ -1023,7 +1023,7 @@ AS $$
           FROM kb.chunks c
           JOIN kb.documents d ON d.id = c.document_id
          WHERE pg_catalog.length(c.content) > 200
-           AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))), true)
+           AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))::text[]), true)
          ORDER BY pg_catalog.md5('pgkb-profile:' || c.id::text), c.id
          LIMIT least(greatest(coalesce(sample_size, 0), 0), 1000)
     )
