@@ -634,6 +634,10 @@ REVOKE ALL ON FUNCTION kb.stats(last_runs integer, filters jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.stats(last_runs integer, filters jsonb) TO kb_writer;
 GRANT ALL ON FUNCTION kb.stats(last_runs integer, filters jsonb) TO kb_reader;
 
+-- acl: FUNCTION term_df(lexemes text[])
+REVOKE ALL ON FUNCTION kb.term_df(lexemes text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.term_df(lexemes text[]) TO kb_reader;
+
 -- acl: FUNCTION vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer)
 REVOKE ALL ON FUNCTION kb.vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer) TO kb_reader;

@@ -192,6 +192,7 @@ def _read_only_function_calls(conn: psycopg.Connection[Any], query: list[float])
         "collection_scope": "SELECT kb.collection_scope(ARRAY['default'])",
         "collection_readable": "SELECT kb.collection_readable('default')",
         "collection_list": "SELECT * FROM kb.collection_list()",
+        "term_df": "SELECT * FROM kb.term_df(ARRAY['standbi'])",
     }
 
 

@@ -935,6 +935,50 @@ BEGIN
 END
 $$;
 """,
+    'near_lexemes': r"""-- kb.near_lexemes(lexeme text) -> SETOF text
+--
+-- Corpus lexemes (kb.term_stats, df > 0; for a caller granted only some collections, only those
+-- its collections hold, kb.term_df) that could be the word a misspelt `lexeme` meant: the
+-- same first two characters and a length within one of it. The edit distance itself is computed
+-- by the caller (the abstention gate) on this short list. No rows for a lexeme shorter than 2
+-- characters; at most 5,000 rows, in no particular order. Reads only (STABLE).
+CREATE OR REPLACE FUNCTION kb.near_lexemes(lexeme text)
+RETURNS SETOF text
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH candidates AS (
+        SELECT t.lexeme FROM kb.term_stats t
+         WHERE length(near_lexemes.lexeme) >= 2
+           AND t.df > 0
+           AND t.lexeme LIKE replace(replace(replace(left(near_lexemes.lexeme, 2), '\', '\\'),
+                                             '%', '\%'), '_', '\_') || '%'
+           AND length(t.lexeme) BETWEEN length(near_lexemes.lexeme) - 1
+                                    AND length(near_lexemes.lexeme) + 1
+         LIMIT 5000
+    )
+    SELECT c.lexeme FROM candidates c
+     WHERE kb.readable_collections() IS NULL
+    UNION ALL
+    SELECT d.lexeme FROM kb.term_df(ARRAY(SELECT c.lexeme FROM candidates c)) d
+     WHERE kb.readable_collections() IS NOT NULL AND d.df > 0;
+$$;
+
+COMMENT ON FUNCTION kb.near_lexemes(text) IS
+'Corpus lexemes with the same first two characters as a word and a length within one of it: the candidates for a misspelling. Maximum: 5000 rows.';
+
+REVOKE ALL ON FUNCTION kb.near_lexemes(text) FROM PUBLIC;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
+        GRANT EXECUTE ON FUNCTION kb.near_lexemes(text) TO kb_reader;
+    END IF;
+END
+$$;
+""",
     'neighbor_chunks': r"""-- kb.neighbor_chunks(chunk_id bigint, before integer DEFAULT 1, after integer DEFAULT 1)
 --   -> TABLE (chunk_id, document_id, chunk_index, heading_path, content, token_count, is_hit boolean)
 --
@@ -1044,6 +1088,60 @@ DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
         GRANT EXECUTE ON FUNCTION kb.pseudo_queries(integer) TO kb_reader;
+    END IF;
+END
+$$;
+""",
+    'query_terms': r"""-- kb.query_terms(query_text text) -> TABLE (lexeme text, df integer, idf double precision)
+--
+-- The lexemes of query_text (to_tsvector('english'), each once, in lexeme order) with their
+-- document frequency in the corpus (df = chunks whose tsv holds the lexeme, 0 when none does)
+-- and BM25's inverse document frequency, the same formula kb.keyword_search ranks with:
+--     idf = ln(1 + (N - df + 0.5) / (df + 0.5)), N = kb.corpus_stats.chunk_count (at least 1).
+-- For a caller granted only some collections, df and N count the chunks of those collections
+-- only (kb.term_df), so nothing depends on a collection it may not read.
+-- Only the first 20,000 characters of query_text are read (as kb.search_query does): whatever
+-- the caller passes, the work is bounded and no text raises (NULL gives no rows).
+-- The abstention gate reads it for its unknown-term and coverage signals. Reads only (STABLE).
+CREATE OR REPLACE FUNCTION kb.query_terms(query_text text)
+RETURNS TABLE (lexeme text, df integer, idf double precision)
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH q AS (
+        SELECT DISTINCT l.lexeme
+          FROM pg_catalog.unnest(pg_catalog.to_tsvector('english'::pg_catalog.regconfig,
+                                                       pg_catalog.left(query_text, 20000))) AS l
+    ), r AS (
+        SELECT kb.readable_collections() AS names
+    ), n AS (
+        SELECT greatest(CASE WHEN r.names IS NULL
+                             THEN (SELECT s.chunk_count FROM kb.corpus_stats s)
+                             ELSE (SELECT count(*) FROM kb.chunks c
+                                     JOIN kb.documents d ON d.id = c.document_id
+                                    WHERE d.collection = ANY (r.names))
+                        END, 1)::pg_catalog.float8 AS n
+          FROM r
+    )
+    SELECT q.lexeme,
+           coalesce(t.df, 0),
+           pg_catalog.ln(1 + (n.n - coalesce(t.df, 0) + 0.5) / (coalesce(t.df, 0) + 0.5))
+      FROM q CROSS JOIN n
+      LEFT JOIN kb.term_df(ARRAY(SELECT q2.lexeme FROM q q2)) t ON t.lexeme = q.lexeme
+     ORDER BY q.lexeme;
+$$;
+
+COMMENT ON FUNCTION kb.query_terms(text) IS
+'The lexemes of a query with their document frequency (df) and BM25 IDF, as kb.keyword_search computes it; the abstention gate''s term statistics. Maximum: the first 20000 characters of the text are read.';
+
+REVOKE ALL ON FUNCTION kb.query_terms(text) FROM PUBLIC;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
+        GRANT EXECUTE ON FUNCTION kb.query_terms(text) TO kb_reader;
     END IF;
 END
 $$;
@@ -1488,6 +1586,56 @@ BEGIN
 END
 $$;
 """,
+    'squashed_lexeme_found': r"""-- kb.squashed_lexeme_found(squashed text) -> boolean
+--
+-- Is there a corpus lexeme with separators in it (kb.term_stats, df > 0; for a caller granted
+-- only some collections, one its collections hold, kb.term_df) that, separators
+-- removed, spells `squashed` (letters and digits, lower case) as written or stemmed
+-- ('ipscderived' finds 'ipsc-deriv')? Lexemes without separators are left out, so a stem never
+-- stands for a name. Only lexemes starting with squashed's first character are scanned (one
+-- slice of the lexeme index). False for NULL or an empty text; the first 200 characters are
+-- read. The abstention gate's check for names written with other separators. Reads only
+-- (STABLE).
+CREATE OR REPLACE FUNCTION kb.squashed_lexeme_found(squashed text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH s AS (SELECT left(squashed_lexeme_found.squashed, 200) AS word),
+    candidates AS (
+        SELECT t.lexeme FROM kb.term_stats t, s
+         WHERE coalesce(s.word, '') <> ''
+           AND t.df > 0
+           AND t.lexeme >= left(s.word, 1)
+           AND t.lexeme < chr(ascii(left(s.word, 1)) + 1)
+           AND t.lexeme ~ '[^[:alnum:]]'
+           AND regexp_replace(t.lexeme, '[^[:alnum:]]', '', 'g')
+               IN (s.word, coalesce((ts_lexize('english_stem', s.word))[1], s.word))
+    )
+    SELECT coalesce(s.word, '') <> ''
+           AND CASE WHEN kb.readable_collections() IS NULL
+                    THEN EXISTS (SELECT 1 FROM candidates)
+                    ELSE EXISTS (SELECT 1 FROM kb.term_df(ARRAY(SELECT c.lexeme FROM candidates c)) d
+                                  WHERE d.df > 0)
+               END
+      FROM s;
+$$;
+
+COMMENT ON FUNCTION kb.squashed_lexeme_found(text) IS
+'Whether a corpus lexeme with separators spells the given letters and digits (as written or stemmed). Maximum: 200 characters read.';
+
+REVOKE ALL ON FUNCTION kb.squashed_lexeme_found(text) FROM PUBLIC;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
+        GRANT EXECUTE ON FUNCTION kb.squashed_lexeme_found(text) TO kb_reader;
+    END IF;
+END
+$$;
+""",
     'stale_documents': r"""-- kb.stale_documents(older_than interval, collections text[] DEFAULT NULL) -> TABLE (document_id uuid, source_uri text,
 --     title text, category text, updated_at timestamptz, age interval, chunks bigint)
 --
@@ -1652,6 +1800,59 @@ BEGIN
 END
 $$;
 """,
+    'term_df': r"""-- kb.term_df(lexemes text[]) -> TABLE (lexeme text, df integer)
+--
+-- The chunk frequency of each lexeme (distinct, the first 5,000; NULLs skipped) as the caller
+-- may know it: for a caller who may read every collection (kb.readable_collections NULL) the
+-- corpus-wide kb.term_stats; for a caller granted only some collections, the number of chunks of
+-- those collections whose tsv holds the lexeme (counted through the GIN index on kb.chunks.tsv),
+-- so no answer depends on a collection the caller may not read. 0 when no chunk holds it. In no
+-- particular order. What the abstention signals (kb.query_terms, kb.word_lexemes,
+-- kb.near_lexemes, kb.squashed_lexeme_found) read. Reads only (STABLE).
+CREATE OR REPLACE FUNCTION kb.term_df(lexemes text[])
+RETURNS TABLE (lexeme text, df integer)
+LANGUAGE plpgsql
+STABLE
+PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    readable text[] := kb.readable_collections();
+BEGIN
+    IF readable IS NULL THEN
+        RETURN QUERY
+        SELECT u.x, coalesce(t.df, 0)
+          FROM (SELECT DISTINCT x FROM pg_catalog.unnest(term_df.lexemes[1:5000]) AS x
+                 WHERE x IS NOT NULL) u
+          LEFT JOIN kb.term_stats t ON t.lexeme = u.x;
+    ELSE
+        RETURN QUERY
+        SELECT u.x,
+               (SELECT count(*)::integer
+                  FROM kb.chunks c
+                  JOIN kb.documents d ON d.id = c.document_id
+                 WHERE c.tsv @@ ('''' || pg_catalog.replace(pg_catalog.replace(u.x, '\', '\\'),
+                                                            '''', '''''') || '''')::tsquery
+                   AND d.collection = ANY (readable))
+          FROM (SELECT DISTINCT x FROM pg_catalog.unnest(term_df.lexemes[1:5000]) AS x
+                 WHERE x IS NOT NULL AND x <> '') u;
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION kb.term_df(text[]) IS
+'Chunk frequency of each lexeme as the caller may know it: kb.term_stats for a caller who reads every collection, otherwise counted in the chunks of its collections only. Maximum: 5000 lexemes.';
+
+REVOKE ALL ON FUNCTION kb.term_df(text[]) FROM PUBLIC;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
+        GRANT EXECUTE ON FUNCTION kb.term_df(text[]) TO kb_reader;
+    END IF;
+END
+$$;
+""",
     'vector_search': r"""-- kb.vector_search(query_embedding public.vector, match_count integer DEFAULT 20, filters jsonb DEFAULT '{}',
 --                  document_ids uuid[] DEFAULT NULL, min_similarity double precision DEFAULT NULL,
 --                  model text DEFAULT NULL, ef_search integer DEFAULT NULL)
@@ -1805,6 +2006,51 @@ DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
         GRANT EXECUTE ON FUNCTION kb.vector_search(public.vector, integer, jsonb, uuid[], double precision, text, integer) TO kb_reader;
+    END IF;
+END
+$$;
+""",
+    'word_lexemes': r"""-- kb.word_lexemes(words text[])
+--   -> TABLE (word text, absent boolean, lexemes text[])
+--
+-- For each word (the first 200; each read up to 200 characters): its lexemes
+-- (to_tsvector('english')), and absent = true when it has lexemes and none of them occurs in the
+-- corpus (kb.term_df: the whole corpus, or only the collections of a caller granted some). Stop
+-- words have no lexemes and are never absent. One row per distinct word, in no particular order.
+-- The abstention gate's rare-word check. Reads only (STABLE).
+CREATE OR REPLACE FUNCTION kb.word_lexemes(words text[])
+RETURNS TABLE (word text, absent boolean, lexemes text[])
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH l AS (
+        SELECT w.word, x.lexeme
+          FROM (SELECT DISTINCT left(x, 200) AS word
+                  FROM unnest(word_lexemes.words[1:200]) AS x
+                 WHERE x IS NOT NULL) AS w
+          LEFT JOIN LATERAL unnest(to_tsvector('english'::regconfig, w.word)) AS x ON true
+    ),
+    known AS (
+        SELECT t.lexeme FROM kb.term_df(ARRAY(SELECT DISTINCT l.lexeme FROM l)) t WHERE t.df > 0
+    )
+    SELECT l.word,
+           coalesce(bool_and(k.lexeme IS NULL), false) AND count(l.lexeme) > 0,
+           array_remove(array_agg(l.lexeme), NULL)
+      FROM l LEFT JOIN known k ON k.lexeme = l.lexeme
+     GROUP BY l.word;
+$$;
+
+COMMENT ON FUNCTION kb.word_lexemes(text[]) IS
+'Each word''s lexemes and whether none of them occurs in the corpus (the abstention gate''s rare-word check). Maximum: 200 words of 200 characters.';
+
+REVOKE ALL ON FUNCTION kb.word_lexemes(text[]) FROM PUBLIC;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
+        GRANT EXECUTE ON FUNCTION kb.word_lexemes(text[]) TO kb_reader;
     END IF;
 END
 $$;
@@ -2542,6 +2788,42 @@ BEGIN
 END
 $$;
 """,
+    'near_lexemes': r"""-- kb.near_lexemes(lexeme text) -> SETOF text
+--
+-- Corpus lexemes (kb.term_stats, df > 0) that could be the word a misspelt `lexeme` meant: the
+-- same first two characters and a length within one of it. The edit distance itself is computed
+-- by the caller (the abstention gate) on this short list. No rows for a lexeme shorter than 2
+-- characters; at most 5,000 rows, in no particular order. Reads only (STABLE).
+CREATE OR REPLACE FUNCTION kb.near_lexemes(lexeme text)
+RETURNS SETOF text
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT t.lexeme FROM kb.term_stats t
+     WHERE length(near_lexemes.lexeme) >= 2
+       AND t.df > 0
+       AND t.lexeme LIKE replace(replace(replace(left(near_lexemes.lexeme, 2), '\', '\\'),
+                                         '%', '\%'), '_', '\_') || '%'
+       AND length(t.lexeme) BETWEEN length(near_lexemes.lexeme) - 1
+                                AND length(near_lexemes.lexeme) + 1
+     LIMIT 5000;
+$$;
+
+COMMENT ON FUNCTION kb.near_lexemes(text) IS
+'Corpus lexemes with the same first two characters as a word and a length within one of it: the candidates for a misspelling. Maximum: 5000 rows.';
+
+REVOKE ALL ON FUNCTION kb.near_lexemes(text) FROM PUBLIC;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
+        GRANT EXECUTE ON FUNCTION kb.near_lexemes(text) TO kb_reader;
+    END IF;
+END
+$$;
+""",
     'neighbor_chunks': r"""-- kb.neighbor_chunks(chunk_id bigint, before integer DEFAULT 1, after integer DEFAULT 1)
 --   -> TABLE (chunk_id, document_id, chunk_index, heading_path, content, token_count, is_hit boolean)
 --
@@ -2645,6 +2927,49 @@ DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
         GRANT EXECUTE ON FUNCTION kb.pseudo_queries(integer) TO kb_reader;
+    END IF;
+END
+$$;
+""",
+    'query_terms': r"""-- kb.query_terms(query_text text) -> TABLE (lexeme text, df integer, idf double precision)
+--
+-- The lexemes of query_text (to_tsvector('english'), each once, in lexeme order) with their
+-- document frequency in the corpus (df = chunks whose tsv holds the lexeme, 0 when none does)
+-- and BM25's inverse document frequency, the same formula kb.keyword_search ranks with:
+--     idf = ln(1 + (N - df + 0.5) / (df + 0.5)), N = kb.corpus_stats.chunk_count (at least 1).
+-- Only the first 20,000 characters of query_text are read (as kb.search_query does): whatever
+-- the caller passes, the work is bounded and no text raises (NULL gives no rows).
+-- The abstention gate reads it for its unknown-term and coverage signals. Reads only (STABLE).
+CREATE OR REPLACE FUNCTION kb.query_terms(query_text text)
+RETURNS TABLE (lexeme text, df integer, idf double precision)
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH q AS (
+        SELECT DISTINCT l.lexeme
+          FROM pg_catalog.unnest(pg_catalog.to_tsvector('english'::pg_catalog.regconfig,
+                                                       pg_catalog.left(query_text, 20000))) AS l
+    ), n AS (
+        SELECT greatest(s.chunk_count, 1)::pg_catalog.float8 AS n FROM kb.corpus_stats s
+    )
+    SELECT q.lexeme,
+           coalesce(t.df, 0),
+           pg_catalog.ln(1 + (n.n - coalesce(t.df, 0) + 0.5) / (coalesce(t.df, 0) + 0.5))
+      FROM q CROSS JOIN n LEFT JOIN kb.term_stats t ON t.lexeme = q.lexeme
+     ORDER BY q.lexeme;
+$$;
+
+COMMENT ON FUNCTION kb.query_terms(text) IS
+'The lexemes of a query with their document frequency (df) and BM25 IDF, as kb.keyword_search computes it; the abstention gate''s term statistics. Maximum: the first 20000 characters of the text are read.';
+
+REVOKE ALL ON FUNCTION kb.query_terms(text) FROM PUBLIC;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
+        GRANT EXECUTE ON FUNCTION kb.query_terms(text) TO kb_reader;
     END IF;
 END
 $$;
@@ -2996,6 +3321,47 @@ BEGIN
 END
 $$;
 """,
+    'squashed_lexeme_found': r"""-- kb.squashed_lexeme_found(squashed text) -> boolean
+--
+-- Is there a corpus lexeme with separators in it (kb.term_stats, df > 0) that, separators
+-- removed, spells `squashed` (letters and digits, lower case) as written or stemmed
+-- ('ipscderived' finds 'ipsc-deriv')? Lexemes without separators are left out, so a stem never
+-- stands for a name. Only lexemes starting with squashed's first character are scanned (one
+-- slice of the lexeme index). False for NULL or an empty text; the first 200 characters are
+-- read. The abstention gate's check for names written with other separators. Reads only
+-- (STABLE).
+CREATE OR REPLACE FUNCTION kb.squashed_lexeme_found(squashed text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH s AS (SELECT left(squashed_lexeme_found.squashed, 200) AS word)
+    SELECT coalesce(s.word, '') <> '' AND EXISTS (
+        SELECT 1 FROM kb.term_stats t
+         WHERE t.df > 0
+           AND t.lexeme >= left(s.word, 1)
+           AND t.lexeme < chr(ascii(left(s.word, 1)) + 1)
+           AND t.lexeme ~ '[^[:alnum:]]'
+           AND regexp_replace(t.lexeme, '[^[:alnum:]]', '', 'g')
+               IN (s.word, coalesce((ts_lexize('english_stem', s.word))[1], s.word)))
+      FROM s;
+$$;
+
+COMMENT ON FUNCTION kb.squashed_lexeme_found(text) IS
+'Whether a corpus lexeme with separators spells the given letters and digits (as written or stemmed). Maximum: 200 characters read.';
+
+REVOKE ALL ON FUNCTION kb.squashed_lexeme_found(text) FROM PUBLIC;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
+        GRANT EXECUTE ON FUNCTION kb.squashed_lexeme_found(text) TO kb_reader;
+    END IF;
+END
+$$;
+""",
     'stale_documents': r"""-- kb.stale_documents(older_than interval) -> TABLE (document_id uuid, source_uri text,
 --     title text, category text, updated_at timestamptz, age interval, chunks bigint)
 --
@@ -3131,6 +3497,7 @@ BEGIN
 END
 $$;
 """,
+    'term_df': None,
     'vector_search': r"""-- kb.vector_search(query_embedding public.vector, match_count integer DEFAULT 20, filters jsonb DEFAULT '{}',
 --                  document_ids uuid[] DEFAULT NULL, min_similarity double precision DEFAULT NULL,
 --                  model text DEFAULT NULL, ef_search integer DEFAULT NULL)
@@ -3281,6 +3648,45 @@ DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
         GRANT EXECUTE ON FUNCTION kb.vector_search(public.vector, integer, jsonb, uuid[], double precision, text, integer) TO kb_reader;
+    END IF;
+END
+$$;
+""",
+    'word_lexemes': r"""-- kb.word_lexemes(words text[])
+--   -> TABLE (word text, absent boolean, lexemes text[])
+--
+-- For each word (the first 200; each read up to 200 characters): its lexemes
+-- (to_tsvector('english')), and absent = true when it has lexemes and none of them occurs in the
+-- corpus (kb.term_stats, df > 0). Stop words have no lexemes and are never absent. One row per
+-- distinct word, in no particular order. The abstention gate's rare-word check. Reads only
+-- (STABLE).
+CREATE OR REPLACE FUNCTION kb.word_lexemes(words text[])
+RETURNS TABLE (word text, absent boolean, lexemes text[])
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT w.word,
+           coalesce(bool_and(t.df IS NULL), false) AND count(l.lexeme) > 0,
+           array_remove(array_agg(l.lexeme), NULL)
+      FROM (SELECT DISTINCT left(x, 200) AS word
+              FROM unnest(word_lexemes.words[1:200]) AS x
+             WHERE x IS NOT NULL) AS w
+      LEFT JOIN LATERAL unnest(to_tsvector('english'::regconfig, w.word)) AS l ON true
+      LEFT JOIN kb.term_stats t ON t.lexeme = l.lexeme AND t.df > 0
+     GROUP BY w.word;
+$$;
+
+COMMENT ON FUNCTION kb.word_lexemes(text[]) IS
+'Each word''s lexemes and whether none of them occurs in the corpus (the abstention gate''s rare-word check). Maximum: 200 words of 200 characters.';
+
+REVOKE ALL ON FUNCTION kb.word_lexemes(text[]) FROM PUBLIC;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
+        GRANT EXECUTE ON FUNCTION kb.word_lexemes(text[]) TO kb_reader;
     END IF;
 END
 $$;

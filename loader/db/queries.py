@@ -250,6 +250,36 @@ COPY_CHUNKS = (
     "COPY kb.chunks (document_id, chunk_index, heading_path, content, content_sha, token_count)"
     " FROM STDIN WITH (FORMAT BINARY)"
 )
+ROW_SECURITY_ACTIVE = (
+    "SELECT row_security_active('kb.chunks') OR row_security_active('kb.embeddings')"
+)
+"""True for a writer that is not the tables' owner: row-level security applies to it, and
+PostgreSQL refuses COPY into such a table, so its rows go through the staging tables below."""
+CREATE_STAGING = """
+CREATE TEMP TABLE IF NOT EXISTS pgkb_chunks_in (
+    document_id uuid, chunk_index integer, heading_path text, content text, content_sha text,
+    token_count integer) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS pgkb_embeddings_in (LIKE kb.embeddings) ON COMMIT DELETE ROWS
+"""
+COPY_CHUNKS_STAGED = (
+    "COPY pg_temp.pgkb_chunks_in (document_id, chunk_index, heading_path, content, content_sha,"
+    " token_count) FROM STDIN WITH (FORMAT BINARY)"
+)
+COPY_EMBEDDINGS_STAGED = (
+    "COPY pg_temp.pgkb_embeddings_in (chunk_id, model_id, embedding) FROM STDIN"
+    " WITH (FORMAT BINARY)"
+)
+INSERT_STAGED_CHUNKS = """
+INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha, token_count)
+SELECT document_id, chunk_index, heading_path, content, content_sha, token_count
+  FROM pg_temp.pgkb_chunks_in;
+TRUNCATE pg_temp.pgkb_chunks_in
+"""
+INSERT_STAGED_EMBEDDINGS = """
+INSERT INTO kb.embeddings (chunk_id, model_id, embedding)
+SELECT chunk_id, model_id, embedding FROM pg_temp.pgkb_embeddings_in;
+TRUNCATE pg_temp.pgkb_embeddings_in
+"""
 CHUNK_IDS = "SELECT chunk_index, id FROM kb.chunks WHERE document_id = %s"
 COPY_EMBEDDINGS = (
     "COPY kb.embeddings (chunk_id, model_id, embedding) FROM STDIN WITH (FORMAT BINARY)"

@@ -101,6 +101,7 @@ class Writer:
         self.pending: list[Prepared] = []
         self.pending_texts = 0
         self.graph = GraphWriter(None if graph_across_collections else collection)
+        self._staged: bool | None = None
 
     def finish_graph(self, settings: Settings) -> None:
         """The graph's end-of-run work (mentions, chat-model metadata and edges)."""
@@ -170,6 +171,17 @@ class Writer:
                     # run goes on with the other documents
                     self.report.fail(prepared.source_uri, database_refusal(exc))
 
+    def _staging(self) -> bool:
+        """Whether rows go through temporary staging tables: for a writer that row-level
+        security applies to (not the owner), since PostgreSQL refuses COPY into such a table;
+        the owner copies straight into kb.chunks and kb.embeddings."""
+        if self._staged is None:
+            row = self.conn.execute(queries.ROW_SECURITY_ACTIVE).fetchone()
+            self._staged = bool(row and row[0])
+        if self._staged:  # in each document's transaction: a rolled back one takes it along
+            self.conn.execute(queries.CREATE_STAGING)
+        return self._staged
+
     def _write(self, prepared: Prepared, vectors: dict[str, Any]) -> None:
         conn = self.conn
         with conn.transaction():
@@ -187,7 +199,10 @@ class Writer:
             assert row is not None
             document_id = row[0]
             conn.execute(queries.DELETE_CHUNKS, (document_id,))
-            with conn.cursor().copy(queries.COPY_CHUNKS) as copy:
+            staged = self._staging()
+            with conn.cursor().copy(
+                queries.COPY_CHUNKS_STAGED if staged else queries.COPY_CHUNKS
+            ) as copy:
                 copy.set_types(["uuid", "int4", "text", "text", "text", "int4"])
                 for chunk in prepared.chunks:
                     copy.write_row(
@@ -200,13 +215,19 @@ class Writer:
                             chunk.token_count,
                         )
                     )
+            if staged:
+                conn.execute(queries.INSERT_STAGED_CHUNKS)
             ids = dict(conn.execute(queries.CHUNK_IDS, (document_id,)).fetchall())
-            with conn.cursor().copy(queries.COPY_EMBEDDINGS) as copy:
+            with conn.cursor().copy(
+                queries.COPY_EMBEDDINGS_STAGED if staged else queries.COPY_EMBEDDINGS
+            ) as copy:
                 copy.set_types(["int8", "int4", "vector"])
                 for chunk in prepared.chunks:
                     copy.write_row(
                         (ids[chunk.index], self.model_id, _as_vector(vectors[chunk.content_sha]))
                     )
+            if staged:
+                conn.execute(queries.INSERT_STAGED_EMBEDDINGS)
             self.graph.write(
                 conn, document_id, source_uri=prepared.source_uri, title=prepared.title,
                 content_sha=prepared.content_sha, chunks=prepared.chunks, links=prepared.links,
