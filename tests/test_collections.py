@@ -291,7 +291,7 @@ def test_the_mcp_reader_bound_to_one_collection_never_shows_the_other(kb: Kb) ->
                         ("list_documents", {}),
                         ("explore_graph", {"document": str(hr_leave[0]), "depth": 3}),
                         ("explore_graph", {"query": "zanzibarite quokka"}),
-                        ("ask", {"question": "How do I build an index without locking out writes?"}),
+                        ("ask", {"question": "How to build an index without locking out writes?"}),
                     ] + [
                         ("read_document", {"document": doc}) for doc in eng
                     ] + [
