@@ -332,3 +332,31 @@ def test_a_server_scoped_to_a_collection_keeps_to_it_for_the_owner_too(kb: Kb) -
         narrowed = service.search("readme", mode="keyword", collections=["eng"])
         assert {r["title"] for r in narrowed["results"]} == {"Engineering readme"}
         assert service.health()["collections"] == ["eng"]
+
+
+def test_links_cross_collections_only_when_asked(kb: Kb, embedder: Any, tmp_path: Path) -> None:
+    from loader.ingest.pipeline import ingest_paths
+    from loader.ops.collections import drop
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "note.md").write_text(
+        "# Note\n\nBefore building, read [the index page](createindex.md).\n"
+    )
+    try:
+        report = ingest_paths(
+            kb.settings.replace(source_root=folder, graph_across_collections=True), [folder],
+            embedder=embedder, collection="notes",
+        )  # fmt: skip
+        assert report.new == 1
+        with psycopg.connect(kb.url) as conn:
+            edges = conn.execute(
+                "SELECT t.collection, t.source_uri FROM kb.document_relations r "
+                "JOIN kb.documents s ON s.id = r.source_id "
+                "JOIN kb.documents t ON t.id = r.target_id "
+                "WHERE s.collection = 'notes' AND r.origin = 'link'"
+            ).fetchall()
+        assert edges == [("eng", "createindex.md")]
+    finally:
+        with psycopg.connect(kb.url) as conn:
+            drop(conn, "notes")
