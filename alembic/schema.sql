@@ -57,6 +57,28 @@ ALTER TABLE kb.chunks ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+-- table: collection_grants
+CREATE TABLE kb.collection_grants (
+    role_name text NOT NULL,
+    collection text,
+    granted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT collection_grants_role_name_check CHECK ((btrim(role_name) <> ''::text))
+);
+
+-- comment: TABLE collection_grants
+COMMENT ON TABLE kb.collection_grants IS 'Which collections a role (and every role that is a member of it) may read through the kb functions; collection NULL = every collection. Written by pgkb db grant/revoke as the owner.';
+
+-- table: collections
+CREATE TABLE kb.collections (
+    name text NOT NULL,
+    description text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT collections_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$'::text))
+);
+
+-- comment: TABLE collections
+COMMENT ON TABLE kb.collections IS 'The knowledge bases of this database: every document belongs to one (kb.documents.collection); readers are granted collections (kb.collection_grants).';
+
 -- table: corpus_stats
 CREATE TABLE kb.corpus_stats (
     singleton boolean DEFAULT true NOT NULL,
@@ -120,6 +142,7 @@ CREATE TABLE kb.documents (
     toc jsonb DEFAULT '[]'::jsonb NOT NULL,
     metadata_origin text,
     metadata_sha text,
+    collection text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT documents_doc_type_check CHECK ((doc_type = ANY (ARRAY['policy'::text, 'manual'::text, 'technical_spec'::text, 'report'::text, 'reference'::text, 'general'::text]))),
     CONSTRAINT documents_metadata_check CHECK ((jsonb_typeof(metadata) = 'object'::text)),
     CONSTRAINT documents_metadata_origin_check CHECK ((metadata_origin = ANY (ARRAY['heuristic'::text, 'llm'::text]))),
@@ -128,7 +151,7 @@ CREATE TABLE kb.documents (
 );
 
 -- comment: TABLE documents
-COMMENT ON TABLE kb.documents IS 'One row per source; source_uri is its identity for re-ingestion, content_sha skips unchanged sources.';
+COMMENT ON TABLE kb.documents IS 'One row per source and collection; (collection, source_uri) is its identity for re-ingestion, content_sha skips unchanged sources.';
 
 -- comment: COLUMN documents.summary
 COMMENT ON COLUMN kb.documents.summary IS 'A few sentences saying what the document is about (lead sentences, or a chat model''s summary).';
@@ -147,6 +170,9 @@ COMMENT ON COLUMN kb.documents.metadata_origin IS 'Who made summary/doc_type/key
 
 -- comment: COLUMN documents.metadata_sha
 COMMENT ON COLUMN kb.documents.metadata_sha IS 'content_sha the metadata was made from; regenerated only when content_sha changes.';
+
+-- comment: COLUMN documents.collection
+COMMENT ON COLUMN kb.documents.collection IS 'The collection (kb.collections) the document belongs to; source_uri is unique within it.';
 
 -- table: embedding_models
 CREATE TABLE kb.embedding_models (
@@ -260,6 +286,10 @@ ALTER TABLE ONLY kb.chunks
 ALTER TABLE ONLY kb.chunks
     ADD CONSTRAINT chunks_pkey PRIMARY KEY (id);
 
+-- constraint: collections collections_pkey
+ALTER TABLE ONLY kb.collections
+    ADD CONSTRAINT collections_pkey PRIMARY KEY (name);
+
 -- constraint: corpus_stats corpus_stats_pkey
 ALTER TABLE ONLY kb.corpus_stats
     ADD CONSTRAINT corpus_stats_pkey PRIMARY KEY (singleton);
@@ -272,13 +302,13 @@ ALTER TABLE ONLY kb.document_links
 ALTER TABLE ONLY kb.document_relations
     ADD CONSTRAINT document_relations_pkey PRIMARY KEY (source_id, target_id, relation_type);
 
+-- constraint: documents documents_collection_source_uri_key
+ALTER TABLE ONLY kb.documents
+    ADD CONSTRAINT documents_collection_source_uri_key UNIQUE (collection, source_uri);
+
 -- constraint: documents documents_pkey
 ALTER TABLE ONLY kb.documents
     ADD CONSTRAINT documents_pkey PRIMARY KEY (id);
-
--- constraint: documents documents_source_uri_key
-ALTER TABLE ONLY kb.documents
-    ADD CONSTRAINT documents_source_uri_key UNIQUE (source_uri);
 
 -- constraint: embedding_models embedding_models_name_dims_key
 ALTER TABLE ONLY kb.embedding_models
@@ -314,6 +344,9 @@ CREATE INDEX chunks_content_sha_idx ON kb.chunks USING btree (content_sha);
 -- index: chunks_tsv_idx
 CREATE INDEX chunks_tsv_idx ON kb.chunks USING gin (tsv);
 
+-- index: collection_grants_role_collection_key
+CREATE UNIQUE INDEX collection_grants_role_collection_key ON kb.collection_grants USING btree (role_name, COALESCE(collection, ''::text));
+
 -- index: document_links_target_idx
 CREATE INDEX document_links_target_idx ON kb.document_links USING btree (target_uri);
 
@@ -331,6 +364,9 @@ CREATE INDEX documents_doc_type_idx ON kb.documents USING btree (doc_type);
 
 -- index: documents_metadata_idx
 CREATE INDEX documents_metadata_idx ON kb.documents USING gin (metadata jsonb_path_ops);
+
+-- index: documents_source_uri_idx
+CREATE INDEX documents_source_uri_idx ON kb.documents USING btree (source_uri);
 
 -- index: documents_updated_at_idx
 CREATE INDEX documents_updated_at_idx ON kb.documents USING btree (updated_at);
@@ -357,6 +393,10 @@ CREATE TRIGGER embeddings_check_dims BEFORE INSERT OR UPDATE ON kb.embeddings FO
 ALTER TABLE ONLY kb.chunks
     ADD CONSTRAINT chunks_document_id_fkey FOREIGN KEY (document_id) REFERENCES kb.documents(id) ON DELETE CASCADE;
 
+-- fk constraint: collection_grants collection_grants_collection_fkey
+ALTER TABLE ONLY kb.collection_grants
+    ADD CONSTRAINT collection_grants_collection_fkey FOREIGN KEY (collection) REFERENCES kb.collections(name) ON DELETE CASCADE;
+
 -- fk constraint: document_links document_links_source_id_fkey
 ALTER TABLE ONLY kb.document_links
     ADD CONSTRAINT document_links_source_id_fkey FOREIGN KEY (source_id) REFERENCES kb.documents(id) ON DELETE CASCADE;
@@ -369,6 +409,10 @@ ALTER TABLE ONLY kb.document_relations
 ALTER TABLE ONLY kb.document_relations
     ADD CONSTRAINT document_relations_target_id_fkey FOREIGN KEY (target_id) REFERENCES kb.documents(id) ON DELETE CASCADE;
 
+-- fk constraint: documents documents_collection_fkey
+ALTER TABLE ONLY kb.documents
+    ADD CONSTRAINT documents_collection_fkey FOREIGN KEY (collection) REFERENCES kb.collections(name);
+
 -- fk constraint: embeddings embeddings_chunk_id_fkey
 ALTER TABLE ONLY kb.embeddings
     ADD CONSTRAINT embeddings_chunk_id_fkey FOREIGN KEY (chunk_id) REFERENCES kb.chunks(id) ON DELETE CASCADE;
@@ -376,6 +420,62 @@ ALTER TABLE ONLY kb.embeddings
 -- fk constraint: embeddings embeddings_model_id_fkey
 ALTER TABLE ONLY kb.embeddings
     ADD CONSTRAINT embeddings_model_id_fkey FOREIGN KEY (model_id) REFERENCES kb.embedding_models(id) ON DELETE CASCADE;
+
+-- row security: chunks
+ALTER TABLE kb.chunks ENABLE ROW LEVEL SECURITY;
+
+-- row security: document_links
+ALTER TABLE kb.document_links ENABLE ROW LEVEL SECURITY;
+
+-- row security: document_relations
+ALTER TABLE kb.document_relations ENABLE ROW LEVEL SECURITY;
+
+-- row security: documents
+ALTER TABLE kb.documents ENABLE ROW LEVEL SECURITY;
+
+-- row security: embeddings
+ALTER TABLE kb.embeddings ENABLE ROW LEVEL SECURITY;
+
+-- policy: chunks reader_collections
+CREATE POLICY reader_collections ON kb.chunks FOR SELECT TO kb_reader USING ((EXISTS ( SELECT 1
+   FROM kb.documents d
+  WHERE ((d.id = chunks.document_id) AND kb.collection_readable(d.collection)))));
+
+-- policy: document_links reader_collections
+CREATE POLICY reader_collections ON kb.document_links FOR SELECT TO kb_reader USING ((EXISTS ( SELECT 1
+   FROM kb.documents d
+  WHERE ((d.id = document_links.source_id) AND kb.collection_readable(d.collection)))));
+
+-- policy: document_relations reader_collections
+CREATE POLICY reader_collections ON kb.document_relations FOR SELECT TO kb_reader USING (((EXISTS ( SELECT 1
+   FROM kb.documents d
+  WHERE ((d.id = document_relations.source_id) AND kb.collection_readable(d.collection)))) AND (EXISTS ( SELECT 1
+   FROM kb.documents d
+  WHERE ((d.id = document_relations.target_id) AND kb.collection_readable(d.collection))))));
+
+-- policy: documents reader_collections
+CREATE POLICY reader_collections ON kb.documents FOR SELECT TO kb_reader USING (kb.collection_readable(collection));
+
+-- policy: embeddings reader_collections
+CREATE POLICY reader_collections ON kb.embeddings FOR SELECT TO kb_reader USING ((EXISTS ( SELECT 1
+   FROM (kb.chunks c
+     JOIN kb.documents d ON ((d.id = c.document_id)))
+  WHERE ((c.id = embeddings.chunk_id) AND kb.collection_readable(d.collection)))));
+
+-- policy: chunks writer_all
+CREATE POLICY writer_all ON kb.chunks TO kb_writer USING (true) WITH CHECK (true);
+
+-- policy: document_links writer_all
+CREATE POLICY writer_all ON kb.document_links TO kb_writer USING (true) WITH CHECK (true);
+
+-- policy: document_relations writer_all
+CREATE POLICY writer_all ON kb.document_relations TO kb_writer USING (true) WITH CHECK (true);
+
+-- policy: documents writer_all
+CREATE POLICY writer_all ON kb.documents TO kb_writer USING (true) WITH CHECK (true);
+
+-- policy: embeddings writer_all
+CREATE POLICY writer_all ON kb.embeddings TO kb_writer USING (true) WITH CHECK (true);
 
 -- acl: SCHEMA kb
 GRANT USAGE ON SCHEMA kb TO kb_reader;
@@ -412,6 +512,21 @@ GRANT ALL ON FUNCTION kb.chunk_lexemes(chunk_ids bigint[], lexemes text[]) TO kb
 -- acl: FUNCTION chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint)
 REVOKE ALL ON FUNCTION kb.chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint) TO kb_writer;
+
+-- acl: FUNCTION collection_list()
+REVOKE ALL ON FUNCTION kb.collection_list() FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.collection_list() TO kb_reader;
+GRANT ALL ON FUNCTION kb.collection_list() TO kb_writer;
+
+-- acl: FUNCTION collection_readable(collection text)
+REVOKE ALL ON FUNCTION kb.collection_readable(collection text) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.collection_readable(collection text) TO kb_reader;
+GRANT ALL ON FUNCTION kb.collection_readable(collection text) TO kb_writer;
+
+-- acl: FUNCTION collection_scope(requested text[])
+REVOKE ALL ON FUNCTION kb.collection_scope(requested text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.collection_scope(requested text[]) TO kb_reader;
+GRANT ALL ON FUNCTION kb.collection_scope(requested text[]) TO kb_writer;
 
 -- acl: FUNCTION document_list(filters jsonb, document_ids uuid[], max_results integer)
 REVOKE ALL ON FUNCTION kb.document_list(filters jsonb, document_ids uuid[], max_results integer) FROM PUBLIC;
@@ -480,6 +595,11 @@ GRANT ALL ON FUNCTION kb.query_terms(query_text text) TO kb_reader;
 REVOKE ALL ON FUNCTION kb.read_document(document_id uuid, chunk_start integer, chunk_end integer, token_budget integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.read_document(document_id uuid, chunk_start integer, chunk_end integer, token_budget integer) TO kb_reader;
 
+-- acl: FUNCTION readable_collections()
+REVOKE ALL ON FUNCTION kb.readable_collections() FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.readable_collections() TO kb_reader;
+GRANT ALL ON FUNCTION kb.readable_collections() TO kb_writer;
+
 -- acl: FUNCTION rebuild_keyword_stats()
 REVOKE ALL ON FUNCTION kb.rebuild_keyword_stats() FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.rebuild_keyword_stats() TO kb_writer;
@@ -488,9 +608,9 @@ GRANT ALL ON FUNCTION kb.rebuild_keyword_stats() TO kb_writer;
 REVOKE ALL ON FUNCTION kb.register_model(model_name text, model_dims integer, model_provider text, model_config jsonb, hnsw_m integer, hnsw_ef_construction integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.register_model(model_name text, model_dims integer, model_provider text, model_config jsonb, hnsw_m integer, hnsw_ef_construction integer) TO kb_writer;
 
--- acl: FUNCTION remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean)
-REVOKE ALL ON FUNCTION kb.remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean) FROM PUBLIC;
-GRANT ALL ON FUNCTION kb.remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean) TO kb_writer;
+-- acl: FUNCTION remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean, collections text[])
+REVOKE ALL ON FUNCTION kb.remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean, collections text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean, collections text[]) TO kb_writer;
 
 -- acl: FUNCTION schema_version()
 REVOKE ALL ON FUNCTION kb.schema_version() FROM PUBLIC;
@@ -509,14 +629,18 @@ GRANT ALL ON FUNCTION kb.similarity_profile() TO kb_reader;
 REVOKE ALL ON FUNCTION kb.squashed_lexeme_found(squashed text) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.squashed_lexeme_found(squashed text) TO kb_reader;
 
--- acl: FUNCTION stale_documents(older_than interval)
-REVOKE ALL ON FUNCTION kb.stale_documents(older_than interval) FROM PUBLIC;
-GRANT ALL ON FUNCTION kb.stale_documents(older_than interval) TO kb_writer;
+-- acl: FUNCTION stale_documents(older_than interval, collections text[])
+REVOKE ALL ON FUNCTION kb.stale_documents(older_than interval, collections text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.stale_documents(older_than interval, collections text[]) TO kb_writer;
 
--- acl: FUNCTION stats(last_runs integer)
-REVOKE ALL ON FUNCTION kb.stats(last_runs integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION kb.stats(last_runs integer) TO kb_writer;
-GRANT ALL ON FUNCTION kb.stats(last_runs integer) TO kb_reader;
+-- acl: FUNCTION stats(last_runs integer, filters jsonb)
+REVOKE ALL ON FUNCTION kb.stats(last_runs integer, filters jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.stats(last_runs integer, filters jsonb) TO kb_writer;
+GRANT ALL ON FUNCTION kb.stats(last_runs integer, filters jsonb) TO kb_reader;
+
+-- acl: FUNCTION term_df(lexemes text[])
+REVOKE ALL ON FUNCTION kb.term_df(lexemes text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.term_df(lexemes text[]) TO kb_reader;
 
 -- acl: FUNCTION vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer)
 REVOKE ALL ON FUNCTION kb.vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer) FROM PUBLIC;
@@ -534,6 +658,9 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.chunks TO kb_writer;
 
 -- acl: SEQUENCE chunks_id_seq
 GRANT SELECT,USAGE ON SEQUENCE kb.chunks_id_seq TO kb_writer;
+
+-- acl: TABLE collections
+GRANT SELECT,INSERT,UPDATE ON TABLE kb.collections TO kb_writer;
 
 -- acl: TABLE corpus_stats
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.corpus_stats TO kb_writer;

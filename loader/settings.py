@@ -126,6 +126,9 @@ class Settings:
     source_root: Path | None = None
     """Store ``source_uri`` relative to this folder (``pgkb ingest --root``), so the same folder
     mounted elsewhere is the same set of documents; unset: absolute paths."""
+    graph_across_collections: bool = False
+    """Let links and mentions become graph edges to documents of other collections; off: an
+    ingest links a document only to documents of its own collection."""
 
     # --- vector index (HNSW, pgvector) ------------------------------------------------------------
     hnsw_m: int = 16
@@ -173,7 +176,12 @@ class Settings:
     """How the keyword leg ranks its matches: ``bm25`` (IDF, length-normalised) or ``ts_rank``."""
     search_filters: str | None = None
     """Filters applied to every search (JSON object, keys of kb.search_filters: category,
-    metadata, source), e.g. ``{"source": "%/sql-%"}``; ``pgkb search/ask --source/--meta``."""
+    metadata, source, collections), e.g. ``{"source": "%/sql-%"}``; ``pgkb search/ask
+    --source/--meta``."""
+    collections: str | None = None
+    """Collections the reading commands and the servers keep to (comma-separated names; unset:
+    every collection the database role may read); ``--collection`` sets it. Each connection
+    sets it as ``pgkb.collections``, which every kb function applies."""
 
     # --- reranking (loader/providers/rerank.py) --------------------------------------------------
     rerank_provider: Literal["off", "api", "local"] = "off"
@@ -258,6 +266,13 @@ class Settings:
     @property
     def pgdata(self) -> Path:
         return self.data_dir / "pgdata"
+
+    def collection_names(self) -> tuple[str, ...]:
+        """``collections``, split and checked (empty when unset)."""
+        from loader.filters import check_collection
+
+        names = [n.strip() for n in (self.collections or "").split(",") if n.strip()]
+        return tuple(dict.fromkeys(check_collection(n, where="setting collections") for n in names))
 
     def validate(self) -> Settings:
         problems = self._number_problems()
@@ -364,6 +379,10 @@ class Settings:
             problems.append(
                 f"embedding_provider must be 'local' or 'openai', got {self.embedding_provider!r}"
             )
+        try:
+            self.collection_names()
+        except ConfigError as exc:
+            problems.append(exc.message)
         if problems:
             raise ConfigError("invalid configuration: " + "; ".join(problems))
         return self

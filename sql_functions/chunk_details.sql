@@ -5,6 +5,8 @@
 -- chunks of chunk_ids that exist (in no particular order): what the vector-only and
 -- keyword-only searches add to their rows so that every search mode returns the same columns.
 -- At most the first 1,000 ids are read. Reads only (STABLE).
+-- Only chunks of documents in the caller's collections (kb.collection_scope): others are
+-- left out as if they did not exist.
 CREATE OR REPLACE FUNCTION kb.chunk_details(chunk_ids bigint[])
 RETURNS TABLE (chunk_id bigint, category text, metadata jsonb, token_count integer)
 LANGUAGE sql
@@ -16,7 +18,8 @@ AS $$
     SELECT c.id, d.category, d.metadata, c.token_count
       FROM kb.chunks c
       JOIN kb.documents d ON d.id = c.document_id
-     WHERE c.id = ANY (chunk_details.chunk_ids[1:1000]);
+     WHERE c.id = ANY (chunk_details.chunk_ids[1:1000])
+       AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))::text[]), true);
 $$;
 
 COMMENT ON FUNCTION kb.chunk_details(bigint[]) IS

@@ -3,6 +3,8 @@
 -- For each chunk of chunk_ids that exists (the first 1,000 ids), which of `lexemes` (the first
 -- 1,000) its text holds (its tsv). In no particular order. The abstention gate's coverage
 -- signal: how much of the query's IDF weight the best hit carries. Reads only (STABLE).
+-- Only chunks of documents in the caller's collections (kb.collection_scope): others are
+-- left out as if they did not exist.
 CREATE OR REPLACE FUNCTION kb.chunk_lexemes(chunk_ids bigint[], lexemes text[])
 RETURNS TABLE (chunk_id bigint, lexemes text[])
 LANGUAGE sql
@@ -15,7 +17,9 @@ AS $$
            array(SELECT unnest(tsvector_to_array(c.tsv))
                  INTERSECT SELECT unnest(chunk_lexemes.lexemes[1:1000]))
       FROM kb.chunks c
-     WHERE c.id = ANY (chunk_lexemes.chunk_ids[1:1000]);
+      JOIN kb.documents d ON d.id = c.document_id
+     WHERE c.id = ANY (chunk_lexemes.chunk_ids[1:1000])
+       AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))::text[]), true);
 $$;
 
 COMMENT ON FUNCTION kb.chunk_lexemes(bigint[], text[]) IS

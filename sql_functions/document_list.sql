@@ -4,7 +4,7 @@
 --             summary text, key_entities text[], chunk_count integer, edges_out integer,
 --             edges_in integer, updated_at timestamptz)
 --
--- The catalogue: the documents that satisfy filters (kb.search_filters: category, metadata,
+-- The catalogue: the documents that satisfy filters (kb.search_filters: category, metadata, collections,
 -- source) and, when document_ids is given, are among them, each with its metadata (type,
 -- summary, key entities), its chunk count and its edges out and in, ordered by title then
 -- source_uri. What `pgkb docs list`, the reader agent's document checks and the MCP server's
@@ -43,6 +43,7 @@ AS $$
        AND (f.category IS NULL OR d.category = ANY (f.category))
        AND (f.metadata IS NULL OR d.metadata @> f.metadata)
        AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+       AND (f.collections IS NULL OR d.collection = ANY (f.collections))
      ORDER BY d.title, d.source_uri
      LIMIT least(greatest(coalesce(document_list.max_results, 1000), 1), 10000);
 $$;

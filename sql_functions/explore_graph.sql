@@ -16,7 +16,7 @@
 --     path NULL).
 -- relation_types limits the edges followed (NULL = all five types). Every document returned,
 -- and every document a path passes through, satisfies filters (kb.search_filters: category,
--- metadata, source) and document_ids, so a caller scoped to one category never sees another
+-- metadata, source, collections: at most the caller's collections) and document_ids, so a caller scoped to one category never sees another
 -- category's documents, not even inside a path. edges lists, for each row, its outgoing edges
 -- to the other documents returned ({target_id, relation_type, origin}, in target order): the
 -- catalogue with the edges among its documents. Rows are ordered by distance, title,
@@ -107,7 +107,8 @@ BEGIN
                AND (document_ids IS NULL OR d.id = ANY (document_ids))
                AND (f.category IS NULL OR d.category = ANY (f.category))
                AND (f.metadata IS NULL OR d.metadata @> f.metadata)
-               AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)) THEN
+               AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+               AND (f.collections IS NULL OR d.collection = ANY (f.collections))) THEN
             RETURN;
         END IF;
         seen_ids := ARRAY[start_document];
@@ -141,6 +142,7 @@ BEGIN
                        AND (f.category IS NULL OR d.category = ANY (f.category))
                        AND (f.metadata IS NULL OR d.metadata @> f.metadata)
                        AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+                       AND (f.collections IS NULL OR d.collection = ANY (f.collections))
                      ORDER BY x.neighbor, x.ord, x.s_id, x.t_id, x.rt) s;
             EXIT WHEN next_ids IS NULL;
             seen_ids := seen_ids || next_ids;
@@ -183,6 +185,7 @@ BEGIN
                    AND (f.category IS NULL OR d.category = ANY (f.category))
                    AND (f.metadata IS NULL OR d.metadata @> f.metadata)
                    AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+                   AND (f.collections IS NULL OR d.collection = ANY (f.collections))
                  ORDER BY x.neighbor, x.ord, x.s_id, x.t_id, x.rt) s;
         IF next_ids IS NOT NULL THEN
             seen_ids := seen_ids || next_ids;
@@ -202,6 +205,7 @@ BEGIN
                    AND (f.category IS NULL OR d.category = ANY (f.category))
                    AND (f.metadata IS NULL OR d.metadata @> f.metadata)
                    AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+                   AND (f.collections IS NULL OR d.collection = ANY (f.collections))
                  ORDER BY degree DESC, d.title, d.id
                  LIMIT max_results) c;
         IF seen_ids IS NULL THEN

@@ -30,7 +30,8 @@ BEGIN
              WHERE d.id = wanted::uuid
                AND (f.category IS NULL OR d.category = ANY (f.category))
                AND (f.metadata IS NULL OR d.metadata @> f.metadata)
-               AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern);
+               AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+               AND (f.collections IS NULL OR d.collection = ANY (f.collections));
         IF FOUND THEN
             RETURN;
         END IF;
@@ -40,7 +41,8 @@ BEGIN
          WHERE d.source_uri = wanted
            AND (f.category IS NULL OR d.category = ANY (f.category))
            AND (f.metadata IS NULL OR d.metadata @> f.metadata)
-           AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern);
+           AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+           AND (f.collections IS NULL OR d.collection = ANY (f.collections));
     IF FOUND THEN
         RETURN;
     END IF;
@@ -51,6 +53,7 @@ BEGIN
            AND (f.category IS NULL OR d.category = ANY (f.category))
            AND (f.metadata IS NULL OR d.metadata @> f.metadata)
            AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+           AND (f.collections IS NULL OR d.collection = ANY (f.collections))
          ORDER BY d.source_uri
          LIMIT 6;
 END

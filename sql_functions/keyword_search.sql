@@ -48,7 +48,7 @@
 -- lexemes are each held by fewer chunks, every posting is read, the exact BM25 ranking),
 -- match_count to 1,000: a caller cannot ask for unbounded work.
 -- strict_match tells whether the chunk matches the strict query (whatever the ranking did with
--- it). rank counts from 1. filters: see kb.search_filters (category, metadata, source); document_ids
+-- it). rank counts from 1. filters: see kb.search_filters (category, metadata, source, collections); document_ids
 -- restricts to those documents. Any query_text returns rows or no rows, never an error; an
 -- unknown keyword_ranking or filter key raises. Reads only (STABLE).
 CREATE OR REPLACE FUNCTION kb.keyword_search(
@@ -118,7 +118,8 @@ BEGIN
     END IF;
     use_bm25 := keyword_ranking = 'bm25';
     all_lexemes := q.lexemes || coalesce(q.negated, '{}');
-    filtered := f.category IS NOT NULL OR f.metadata IS NOT NULL OR f.source_pattern IS NOT NULL;
+    filtered := f.category IS NOT NULL OR f.metadata IS NOT NULL OR f.source_pattern IS NOT NULL
+                OR f.collections IS NOT NULL;
     SELECT greatest(s.chunk_count, 1)::double precision INTO n_chunks FROM kb.corpus_stats s;
     -- the lexemes that generate through the GIN index (a), and the common ones read from their
     -- impact-ordered lists (b)
@@ -152,7 +153,8 @@ BEGIN
                           WHERE c.id = tp.chunk_id
                             AND (f.category IS NULL OR d.category = ANY (f.category))
                             AND (f.metadata IS NULL OR d.metadata @> f.metadata)
-                            AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)))
+                            AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+                            AND (f.collections IS NULL OR d.collection = ANY (f.collections))))
                ORDER BY tp.impact DESC, tp.chunk_id DESC
                LIMIT per_list) p;
     END IF;
@@ -188,7 +190,8 @@ BEGIN
                     WHERE d.id = c.document_id
                       AND (f.category IS NULL OR d.category = ANY (f.category))
                       AND (f.metadata IS NULL OR d.metadata @> f.metadata)
-                      AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)))
+                      AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+                      AND (f.collections IS NULL OR d.collection = ANY (f.collections))))
     ),
     scored AS (
         SELECT m.id,

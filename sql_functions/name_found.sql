@@ -6,6 +6,8 @@
 -- (case-insensitive; the abstention gate passes the phrase as whole words, so "LATERAL" is not
 -- found in a chunk that says "later"). The first 1,000 characters of each argument are read.
 -- An invalid regular expression raises invalid_regular_expression. Reads only (STABLE).
+-- Only chunks of the caller's collections (kb.collection_scope) count, so the answer says
+-- nothing about a collection the caller may not read.
 CREATE OR REPLACE FUNCTION kb.name_found(phrase text, surface_regex text)
 RETURNS boolean
 LANGUAGE sql
@@ -16,7 +18,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT numnode(phraseto_tsquery('english'::regconfig, left(phrase, 1000))) = 0
         OR EXISTS (SELECT 1 FROM kb.chunks c
+                     JOIN kb.documents d ON d.id = c.document_id
                     WHERE c.tsv @@ phraseto_tsquery('english'::regconfig, left(phrase, 1000))
+                      AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))::text[]), true)
                       AND (c.heading_path || ' ' || c.content) ~* left(surface_regex, 1000));
 $$;
 

@@ -1,6 +1,7 @@
 -- kb.near_lexemes(lexeme text) -> SETOF text
 --
--- Corpus lexemes (kb.term_stats, df > 0) that could be the word a misspelt `lexeme` meant: the
+-- Corpus lexemes (kb.term_stats, df > 0; for a caller granted only some collections, only those
+-- its collections hold, kb.term_df) that could be the word a misspelt `lexeme` meant: the
 -- same first two characters and a length within one of it. The edit distance itself is computed
 -- by the caller (the abstention gate) on this short list. No rows for a lexeme shorter than 2
 -- characters; at most 5,000 rows, in no particular order. Reads only (STABLE).
@@ -12,14 +13,21 @@ PARALLEL SAFE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT t.lexeme FROM kb.term_stats t
-     WHERE length(near_lexemes.lexeme) >= 2
-       AND t.df > 0
-       AND t.lexeme LIKE replace(replace(replace(left(near_lexemes.lexeme, 2), '\', '\\'),
-                                         '%', '\%'), '_', '\_') || '%'
-       AND length(t.lexeme) BETWEEN length(near_lexemes.lexeme) - 1
-                                AND length(near_lexemes.lexeme) + 1
-     LIMIT 5000;
+    WITH candidates AS (
+        SELECT t.lexeme FROM kb.term_stats t
+         WHERE length(near_lexemes.lexeme) >= 2
+           AND t.df > 0
+           AND t.lexeme LIKE replace(replace(replace(left(near_lexemes.lexeme, 2), '\', '\\'),
+                                             '%', '\%'), '_', '\_') || '%'
+           AND length(t.lexeme) BETWEEN length(near_lexemes.lexeme) - 1
+                                    AND length(near_lexemes.lexeme) + 1
+         LIMIT 5000
+    )
+    SELECT c.lexeme FROM candidates c
+     WHERE kb.readable_collections() IS NULL
+    UNION ALL
+    SELECT d.lexeme FROM kb.term_df(ARRAY(SELECT c.lexeme FROM candidates c)) d
+     WHERE kb.readable_collections() IS NOT NULL AND d.df > 0;
 $$;
 
 COMMENT ON FUNCTION kb.near_lexemes(text) IS

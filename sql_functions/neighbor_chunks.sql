@@ -4,7 +4,8 @@
 -- The chunk `chunk_id` (is_hit = true) with up to `before` chunks preceding it and up to `after`
 -- chunks following it in the same document, in document order (chunk_index). Neighbours are the
 -- nearest existing chunks, so gaps in chunk_index do not shorten the window. No rows when the
--- chunk does not exist; negative before/after count as 0, and more than 50 as 50 (the
+-- chunk does not exist or its document is in a collection the caller may not read
+-- (kb.collection_readable); negative before/after count as 0, and more than 50 as 50 (the
 -- documented maximum: at most 101 chunks). For one merged passage see kb.merge_neighbors.
 -- Reads only (STABLE).
 CREATE OR REPLACE FUNCTION kb.neighbor_chunks(chunk_id bigint, before integer DEFAULT 1, after integer DEFAULT 1)
@@ -25,7 +26,9 @@ AS $$
     WITH hit AS (
         SELECT c.id, c.document_id, c.chunk_index
           FROM kb.chunks c
+          JOIN kb.documents d ON d.id = c.document_id
          WHERE c.id = neighbor_chunks.chunk_id
+           AND kb.collection_readable(d.collection)  -- the caller's collections only
     ),
     window_ AS (
         SELECT h.id FROM hit h

@@ -8,6 +8,7 @@
 -- a question's best similarity against that distribution (loader.answer.abstention.profile):
 -- a threshold on the relative similarity travels between corpora and embedding models where
 -- one on the raw cosine does not. sample_size is clamped to 0..1,000. Reads only (STABLE).
+-- Only chunks of the caller's collections (kb.collection_scope) are sampled.
 CREATE OR REPLACE FUNCTION kb.pseudo_queries(sample_size integer DEFAULT 200)
 RETURNS TABLE (chunk_id bigint, query text)
 LANGUAGE sql
@@ -19,7 +20,9 @@ AS $$
     WITH picked AS (
         SELECT c.id, pg_catalog.regexp_split_to_array(pg_catalog.btrim(c.content), '\s+') AS words
           FROM kb.chunks c
+          JOIN kb.documents d ON d.id = c.document_id
          WHERE pg_catalog.length(c.content) > 200
+           AND coalesce(d.collection = ANY ((SELECT kb.collection_scope(NULL))::text[]), true)
          ORDER BY pg_catalog.md5('pgkb-profile:' || c.id::text), c.id
          LIMIT least(greatest(coalesce(sample_size, 0), 0), 1000)
     )

@@ -16,7 +16,8 @@
 --                      is the entry's title, indented by two spaces per level below 1) when it has
 --                      one, otherwise runs of consecutive chunks with the same kb.chunks.heading_path.
 --   status 'empty':    the document exists but has no chunk in the range (one row, no chunk).
---   status 'not_found': there is no such document (one row, only document_id set).
+--   status 'not_found': there is no such document, or it belongs to a collection the caller may
+--                      not read (kb.collection_readable): one row, only document_id set.
 -- token_budget is clamped to 100,000 tokens (NULL or larger values act as 100,000): a longer
 -- range comes as its outline, so one call never returns an unbounded amount of text.
 -- Reads only (STABLE).
@@ -49,11 +50,13 @@ AS $$
                (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::integer AS n
           FROM kb.documents d
          WHERE d.id = read_document.document_id
+           AND kb.collection_readable(d.collection)  -- the caller's collections only
     ),
     part AS (
         SELECT c.id, c.chunk_index, c.heading_path, c.content, c.token_count
           FROM kb.chunks c
          WHERE c.document_id = read_document.document_id
+           AND EXISTS (SELECT 1 FROM doc)
            AND c.chunk_index >= coalesce(read_document.chunk_start, 0)
            AND c.chunk_index <= coalesce(read_document.chunk_end, 2147483647)
     ),

@@ -1,5 +1,6 @@
 -- kb.remove_documents(source_uris text[] DEFAULT NULL, document_ids uuid[] DEFAULT NULL,
---                     source_pattern text DEFAULT NULL, dry_run boolean DEFAULT false)
+--                     source_pattern text DEFAULT NULL, dry_run boolean DEFAULT false,
+--                     collections text[] DEFAULT NULL)
 --   -> TABLE (document_id uuid, source_uri text, title text, chunks bigint, embeddings bigint,
 --             relations bigint)
 --
@@ -8,12 +9,15 @@
 -- together with their chunks, embeddings and relations (ON DELETE CASCADE; the keyword
 -- statistics follow through the chunks trigger). Returns one row per document removed with what
 -- went with it, ordered by source_uri; no row when nothing matched. dry_run = true returns the
--- same rows and deletes nothing. All NULL arguments match nothing. EXECUTE for kb_writer only.
+-- same rows and deletes nothing. All NULL arguments match nothing. collections limits the
+-- removal to documents of those collections (NULL = any collection; the same source_uri may be
+-- ingested into several). EXECUTE for kb_writer only.
 CREATE OR REPLACE FUNCTION kb.remove_documents(
     source_uris text[] DEFAULT NULL,
     document_ids uuid[] DEFAULT NULL,
     source_pattern text DEFAULT NULL,
-    dry_run boolean DEFAULT false)
+    dry_run boolean DEFAULT false,
+    collections text[] DEFAULT NULL)
 RETURNS TABLE (
     document_id uuid,
     source_uri text,
@@ -29,9 +33,10 @@ DECLARE
 BEGIN
     SELECT coalesce(array_agg(d.id), '{}') INTO doomed
       FROM kb.documents d
-     WHERE d.source_uri = ANY (coalesce(source_uris, '{}'))
-        OR d.id = ANY (coalesce(document_ids, '{}'))
-        OR (source_pattern IS NOT NULL AND d.source_uri LIKE source_pattern);
+     WHERE (d.source_uri = ANY (coalesce(source_uris, '{}'))
+            OR d.id = ANY (coalesce(document_ids, '{}'))
+            OR (source_pattern IS NOT NULL AND d.source_uri LIKE source_pattern))
+       AND (remove_documents.collections IS NULL OR d.collection = ANY (remove_documents.collections));
     RETURN QUERY
     SELECT d.id, d.source_uri, d.title,
            (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id),
@@ -48,14 +53,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION kb.remove_documents(text[], uuid[], text, boolean) IS
+COMMENT ON FUNCTION kb.remove_documents(text[], uuid[], text, boolean, text[]) IS
 'Deletes documents by source_uri, id or LIKE pattern with their chunks, embeddings and relations; returns what went (dry_run: what would go).';
 
-REVOKE ALL ON FUNCTION kb.remove_documents(text[], uuid[], text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION kb.remove_documents(text[], uuid[], text, boolean, text[]) FROM PUBLIC;
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_writer') THEN
-        GRANT EXECUTE ON FUNCTION kb.remove_documents(text[], uuid[], text, boolean) TO kb_writer;
+        GRANT EXECUTE ON FUNCTION kb.remove_documents(text[], uuid[], text, boolean, text[]) TO kb_writer;
     END IF;
 END
 $$;

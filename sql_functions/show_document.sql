@@ -9,6 +9,9 @@
 -- document_id, title, source_uri}, ordered by title then relation type) and the links it makes
 -- to sources that are not in the knowledge base (JSON array of {target_uri, anchor}). No row
 -- when the document does not exist. Reads only (STABLE).
+-- No row either when the document is in a collection the caller may not read
+-- (kb.collection_readable); its edges list only documents the caller may read, and a link
+-- counts as unresolved unless its target is in the document's own collection.
 CREATE OR REPLACE FUNCTION kb.show_document(document_id uuid)
 RETURNS TABLE (
     id uuid,
@@ -42,23 +45,25 @@ AS $$
                                 'title', o.title, 'source_uri', o.source_uri)
                             ORDER BY o.title, o.id, r.relation_type)
                        FROM kb.document_relations r JOIN kb.documents o ON o.id = r.target_id
-                      WHERE r.source_id = d.id), '[]'::jsonb),
+                      WHERE r.source_id = d.id AND kb.collection_readable(o.collection)), '[]'::jsonb),
            coalesce((SELECT jsonb_agg(jsonb_build_object(
                                 'relation_type', r.relation_type, 'origin', r.origin,
                                 'evidence', r.evidence, 'document_id', o.id::text,
                                 'title', o.title, 'source_uri', o.source_uri)
                             ORDER BY o.title, o.id, r.relation_type)
                        FROM kb.document_relations r JOIN kb.documents o ON o.id = r.source_id
-                      WHERE r.target_id = d.id), '[]'::jsonb),
+                      WHERE r.target_id = d.id AND kb.collection_readable(o.collection)), '[]'::jsonb),
            coalesce((SELECT jsonb_agg(jsonb_build_object('target_uri', l.target_uri,
                                                          'anchor', l.anchor)
                             ORDER BY l.target_uri)
                        FROM kb.document_links l
                       WHERE l.source_id = d.id
                         AND NOT EXISTS (SELECT 1 FROM kb.documents t
-                                         WHERE t.source_uri = l.target_uri)), '[]'::jsonb)
+                                         WHERE t.source_uri = l.target_uri
+                                           AND t.collection = d.collection)), '[]'::jsonb)
       FROM kb.documents d
-     WHERE d.id = show_document.document_id;
+     WHERE d.id = show_document.document_id
+       AND kb.collection_readable(d.collection);  -- the caller's collections only
 $$;
 
 COMMENT ON FUNCTION kb.show_document(uuid) IS

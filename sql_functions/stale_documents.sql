@@ -1,11 +1,12 @@
--- kb.stale_documents(older_than interval) -> TABLE (document_id uuid, source_uri text,
+-- kb.stale_documents(older_than interval, collections text[] DEFAULT NULL) -> TABLE (document_id uuid, source_uri text,
 --     title text, category text, updated_at timestamptz, age interval, chunks bigint)
 --
 -- Documents not updated (ingested new or changed) for longer than older_than, oldest first:
 -- candidates to re-check at their source or to remove (pgkb stale, pgkb remove). age is
--- now() - updated_at. A NULL or negative older_than raises invalid_parameter_value.
+-- now() - updated_at; collections limits them to those collections (NULL = all). A NULL or
+-- negative older_than raises invalid_parameter_value.
 -- Reads only (STABLE). EXECUTE for kb_writer, not for kb_reader.
-CREATE OR REPLACE FUNCTION kb.stale_documents(older_than interval)
+CREATE OR REPLACE FUNCTION kb.stale_documents(older_than interval, collections text[] DEFAULT NULL)
 RETURNS TABLE (
     document_id uuid,
     source_uri text,
@@ -30,18 +31,19 @@ BEGIN
            (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)
       FROM kb.documents d
      WHERE d.updated_at < pg_catalog.now() - older_than
+       AND (stale_documents.collections IS NULL OR d.collection = ANY (stale_documents.collections))
      ORDER BY d.updated_at, d.source_uri;
 END;
 $$;
 
-COMMENT ON FUNCTION kb.stale_documents(interval) IS
+COMMENT ON FUNCTION kb.stale_documents(interval, text[]) IS
 'Documents not updated for longer than older_than, oldest first, with their age and chunk count.';
 
-REVOKE ALL ON FUNCTION kb.stale_documents(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION kb.stale_documents(interval, text[]) FROM PUBLIC;
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_writer') THEN
-        GRANT EXECUTE ON FUNCTION kb.stale_documents(interval) TO kb_writer;
+        GRANT EXECUTE ON FUNCTION kb.stale_documents(interval, text[]) TO kb_writer;
     END IF;
 END
 $$;

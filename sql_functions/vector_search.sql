@@ -13,7 +13,7 @@
 -- ef_search, or max(200, 2 * match_count) up to 1000, set for this call only: a selective filter
 -- still returns match_count rows when that many chunks pass it. (pgvector's own default, 40,
 -- misses about one in twenty of the exact top 20 on 384-dimension sentence vectors.)
--- filters: see kb.search_filters (category, metadata, source); document_ids restricts to those
+-- filters: see kb.search_filters (category, metadata, source, collections); document_ids restricts to those
 -- documents; min_similarity drops hits below it (ranks count the kept ones). Filter values are
 -- bound parameters, never SQL text. A NULL query_embedding returns no rows. An embedding whose
 -- dimension differs from the model's, an unknown model, or no registered model raises an error
@@ -96,7 +96,7 @@ BEGIN
                        least(1000, greatest(40, coalesce(ef_search::bigint, greatest(200, 2::bigint * match_count))))::text,
                        true);
 
-    -- fixed condition texts; the values are bound as $3..$6
+    -- fixed condition texts; the values are bound as $3..$6 and $8
     IF f.category IS NOT NULL THEN
         conditions := conditions || ' AND d.category = ANY ($3)';
     END IF;
@@ -108,6 +108,9 @@ BEGIN
     END IF;
     IF document_ids IS NOT NULL THEN
         conditions := conditions || ' AND c.document_id = ANY ($6)';
+    END IF;
+    IF f.collections IS NOT NULL THEN  -- the caller's collections (kb.search_filters)
+        conditions := conditions || ' AND d.collection = ANY ($8)';
     END IF;
 
     RETURN QUERY EXECUTE format(
@@ -136,7 +139,7 @@ BEGIN
          ORDER BY k.similarity DESC, k.chunk_id
         $q$, m.dims, m.id, conditions)
     USING query_embedding, match_count, f.category, f.metadata, f.source_pattern, document_ids,
-          min_similarity;
+          min_similarity, f.collections;
 END;
 $$;
 

@@ -187,6 +187,12 @@ def _read_only_function_calls(conn: psycopg.Connection[Any], query: list[float])
         "near_lexemes": "SELECT * FROM kb.near_lexemes('standbi')",
         "squashed_lexeme_found": "SELECT kb.squashed_lexeme_found('standby')",
         "pseudo_queries": "SELECT * FROM kb.pseudo_queries(5)",
+        # collections: the caller's scope and the list (a superuser reads every collection)
+        "readable_collections": "SELECT kb.readable_collections() IS NULL WHERE true",
+        "collection_scope": "SELECT kb.collection_scope(ARRAY['default'])",
+        "collection_readable": "SELECT kb.collection_readable('default')",
+        "collection_list": "SELECT * FROM kb.collection_list()",
+        "term_df": "SELECT * FROM kb.term_df(ARRAY['standbi'])",
     }
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from loader.cli.base import App, setting_option
-from loader.cli.filters import filter_options, search_filters
+from loader.cli.filters import filter_options, joined, search_filters
 from loader.safety import echo, printable, secho
 
 
@@ -41,6 +41,7 @@ def ask(
     agent_chat_model: str | None,
     source_pattern: str | None,
     meta_filters: tuple[str, ...],
+    collections: tuple[str, ...],
     min_similarity: float | None,
 ) -> None:
     """Answer QUESTION from the knowledge base, citing sources, or say "I don't know".
@@ -59,6 +60,7 @@ def ask(
         agent_max_steps=agent_max_steps,
         agent_chat_model=agent_chat_model,
         min_similarity=min_similarity,
+        collections=joined(collections),
     )
     text = " ".join(question)
     prepare_question(text)  # an empty question is an error before anything loads
@@ -73,7 +75,7 @@ def ask(
         text,
         settings,
         agent=agent,
-        filters=search_filters(category, source_pattern, meta_filters),
+        filters=search_filters(category, source_pattern, meta_filters, collections),
         on_text=on_text if streaming else None,
     )
 

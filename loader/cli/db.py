@@ -103,17 +103,33 @@ def db_stop(app: App) -> None:
 @click.option("--read", is_flag=True, help="Member of kb_reader: search functions only.")
 @click.option("--write", is_flag=True, help="Member of kb_writer: what the loader needs.")
 @click.option(
+    "--collection",
+    "collections",
+    multiple=True,
+    metavar="NAME",
+    help="With --read: only this collection (repeatable); none: every collection.",
+)
+@click.option(
     "--statement-timeout",
     metavar="DURATION",
     help="With --read: the role's statement timeout in this database (e.g. 5s).",
 )
 @pass_app
-def db_grant(app: App, role: str, read: bool, write: bool, statement_timeout: str | None) -> None:
+def db_grant(
+    app: App,
+    role: str,
+    read: bool,
+    write: bool,
+    collections: tuple[str, ...],
+    statement_timeout: str | None,
+) -> None:
     """Let login ROLE search (--read) or load (--write) this knowledge base.
 
-    --read: ROLE joins kb_reader and gets, in this database, search_path = kb, public (so
-    SELECT * FROM hybrid_search('...') works unqualified) and the statement timeout. Takes effect
-    at ROLE's next login. Exit code 2 when ROLE does not exist (nothing is granted).
+    --read: ROLE joins kb_reader and may read the collections named by --collection (none:
+    every collection), enforced in the database by every kb function and by row-level security;
+    it gets, in this database, search_path = kb, public (so SELECT * FROM hybrid_search('...')
+    works unqualified) and the statement timeout. Takes effect at ROLE's next login. Exit code 2
+    when ROLE or a collection does not exist (nothing is granted).
     """
     from loader.db.session import connection
     from loader.ops.roles import grant
@@ -121,7 +137,69 @@ def db_grant(app: App, role: str, read: bool, write: bool, statement_timeout: st
     if statement_timeout is not None and not read:
         raise PgkbError("--statement-timeout goes with --read (a reader's queries)")
     with connection(app.settings()) as conn:
-        done = grant(conn, role, read=read, write=write, statement_timeout=statement_timeout)
+        done = grant(
+            conn,
+            role,
+            read=read,
+            write=write,
+            statement_timeout=statement_timeout,
+            collections=collections,
+        )
     for statement in done:
         echo(statement)
     echo(f"granted to {role}; it takes effect at the role's next login", err=True)
+
+
+@db.command("grants")
+@click.argument("role", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@pass_app
+def db_grants(app: App, role: str | None, as_json: bool) -> None:
+    """List which collections each role (or ROLE) may read.
+
+    "every collection" is a grant without --collection. A grant to a role that no longer
+    exists, or that is not a member of kb_reader, is marked: it gives nothing."""
+    from loader.db.session import connection
+    from loader.ops.roles import grants
+
+    with connection(app.settings()) as conn:
+        rows = grants(conn, role)
+    if as_json:
+        emit_json([{**r, "granted_at": str(r["granted_at"])} for r in rows])
+        return
+    if not rows:
+        echo("no collection grants" + (f" for {role}" if role else ""), err=True)
+        return
+    for r in rows:
+        what = r["collection"] if r["collection"] is not None else "(every collection)"
+        note = (
+            "" if r["role_exists"] and r["reader"]
+            else "  [role does not exist]" if not r["role_exists"]
+            else "  [not a member of kb_reader: no effect]"
+        )  # fmt: skip
+        echo(f"{r['role_name']:<24} {what}{note}")
+
+
+@db.command("revoke")
+@click.argument("role")
+@click.option(
+    "--collection",
+    "collections",
+    multiple=True,
+    metavar="NAME",
+    help="Only this collection (repeatable); none: every grant and the role's kb_reader "
+    "membership.",
+)
+@pass_app
+def db_revoke(app: App, role: str, collections: tuple[str, ...]) -> None:
+    """Take collections from ROLE (--collection), or its reading altogether.
+
+    Takes effect at ROLE's next call. Exit code 2 when ROLE holds no such grant (nothing is
+    revoked)."""
+    from loader.db.session import connection
+    from loader.ops.roles import revoke
+
+    with connection(app.settings()) as conn:
+        done = revoke(conn, role, collections)
+    for line in done:
+        echo(line)

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from loader.cli.base import App, emit_json
+from loader.cli.filters import collection_option, joined
 from loader.safety import echo, one_line
 
 
@@ -18,14 +19,17 @@ def docs() -> None:
 
 @docs.command("list")
 @click.option("--category", help="Only documents of this category.")
+@collection_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of document objects.")
 @click.pass_obj
-def list_command(app: App, category: str | None, as_json: bool) -> None:
+def list_command(
+    app: App, category: str | None, collections: tuple[str, ...], as_json: bool
+) -> None:
     """List documents: type, summary, entities, chunk and relation counts, updated time."""
     from loader.db.session import connection
     from loader.graph.catalogue import list_documents
 
-    with connection(app.settings(), read=True) as conn:
+    with connection(app.settings(collections=joined(collections)), read=True) as conn:
         rows = list_documents(conn, category)
     if as_json:
         emit_json(rows)
@@ -50,9 +54,10 @@ def list_command(app: App, category: str | None, as_json: bool) -> None:
 
 @docs.command("show")
 @click.argument("document")
+@collection_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_obj
-def show_command(app: App, document: str, as_json: bool) -> None:
+def show_command(app: App, document: str, collections: tuple[str, ...], as_json: bool) -> None:
     """Show one DOCUMENT (its id, source, or the end of its source such as
     sql-createindex.html): metadata, outline with chunk ranges, edges in and out.
 
@@ -60,7 +65,7 @@ def show_command(app: App, document: str, as_json: bool) -> None:
     from loader.db.session import connection
     from loader.graph.catalogue import find_document, show_document
 
-    with connection(app.settings(), read=True) as conn:
+    with connection(app.settings(collections=joined(collections)), read=True) as conn:
         info = show_document(conn, find_document(conn, document))
     if as_json:
         emit_json(info)

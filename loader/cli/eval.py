@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from loader.cli.base import App
+from loader.cli.filters import collection_option, joined
 from loader.errors import PgkbError
 from loader.safety import echo
 
@@ -100,6 +101,7 @@ from loader.safety import echo
     help="Name of the question set in the baseline (default: 'bundled' for the bundled "
     "questions, else the file name; the held-out set is NAME-holdout).",
 )
+@collection_option
 @click.pass_obj
 def eval_command(
     app: App,
@@ -121,6 +123,7 @@ def eval_command(
     accept_lower: str | None,
     baseline_file: Path | None,
     set_name: str | None,
+    collections: tuple[str, ...],
 ) -> None:
     """Run retrieval only (no generation) for every question through the vector, keyword and
     hybrid retrievers; report recall@k, MRR@10 and nDCG@10 overall and per kind, and the
@@ -150,7 +153,7 @@ def eval_command(
         )
     if accept_lower is not None and not record_baseline:
         raise PgkbError("--accept-lower only applies with --record-baseline")
-    settings = app.settings()
+    settings = app.settings(collections=joined(collections))
     if model_name is not None:  # compare a model before switching to it
         from loader.ops.models import settings_for_model
 

@@ -1,6 +1,6 @@
-"""The search filters ``pgkb search`` and ``pgkb ask`` share: ``--source``, ``--meta`` (with
-``--category``, one :class:`~loader.filters.SearchFilters` value) and ``--min-similarity`` (a
-setting override)."""
+"""The search filters ``pgkb search`` and ``pgkb ask`` share: ``--source``, ``--meta``,
+``--collection`` (with ``--category``, one :class:`~loader.filters.SearchFilters` value) and
+``--min-similarity`` (a setting override)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,26 @@ from loader.filters import SearchFilters
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def collection_option(func: F) -> F:
+    """Add ``--collection`` (repeatable) to a command: its ``collections`` argument."""
+    return click.option(
+        "--collection",
+        "collections",
+        multiple=True,
+        metavar="NAME",
+        help="Only documents of this collection (repeatable: any of them); default: every "
+        "collection the database role may read.",
+    )(func)
+
+
+def joined(collections: tuple[str, ...]) -> str | None:
+    """``--collection`` values as the ``collections`` setting (None when none was given)."""
+    return ",".join(collections) or None
+
+
 def filter_options(func: F) -> F:
-    """Add ``--source``, ``--meta`` and ``--min-similarity`` to a command."""
+    """Add ``--source``, ``--meta``, ``--collection`` and ``--min-similarity`` to a command."""
+    func = collection_option(func)
     func = click.option(
         "--min-similarity",
         type=click.FloatRange(-1, 1),
@@ -39,11 +57,17 @@ def filter_options(func: F) -> F:
 
 
 def search_filters(
-    category: str | None, source_pattern: str | None, meta_filters: tuple[str, ...]
+    category: str | None,
+    source_pattern: str | None,
+    meta_filters: tuple[str, ...],
+    collections: tuple[str, ...] = (),
 ) -> SearchFilters:
     """The filters the options ask for, as the one value the search takes to SQL."""
     from loader.cli.ingest import parse_meta
 
     return SearchFilters.of(
-        category=category, metadata=parse_meta(meta_filters), source=source_pattern
+        category=category,
+        metadata=parse_meta(meta_filters),
+        source=source_pattern,
+        collections=collections,
     )

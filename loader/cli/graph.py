@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from loader.cli.base import App, emit_json
+from loader.cli.filters import collection_option, joined
 from loader.graph.relations import RELATION_TYPES
 from loader.safety import echo, one_line
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     help="Follow only this relation type; repeat for several (default: all).",
 )
 @click.option("--category", help="Only documents of this category.")
+@collection_option
 @click.option(
     "--limit",
     type=click.IntRange(1, 500),
@@ -50,6 +52,7 @@ def graph(
     depth: int,
     relation_types: tuple[str, ...],
     category: str | None,
+    collections: tuple[str, ...],
     limit: int,
     fmt: str,
 ) -> None:
@@ -60,7 +63,7 @@ def graph(
     from loader.db.session import connection
     from loader.graph.catalogue import explore, find_document
 
-    with connection(app.settings(), read=True) as conn:
+    with connection(app.settings(collections=joined(collections)), read=True) as conn:
         start = find_document(conn, document)
         nodes = explore(
             conn,

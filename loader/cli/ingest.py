@@ -80,6 +80,13 @@ class _Bar:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--category", help="Category stored with every document of this run.")
 @click.option(
+    "--collection",
+    default="default",
+    show_default=True,
+    metavar="NAME",
+    help="Collection the documents go into (created when new); the same file may be in several.",
+)
+@click.option(
     "--meta",
     "meta",
     multiple=True,
@@ -119,6 +126,7 @@ def ingest(
     app: App,
     paths: tuple[str, ...],
     category: str | None,
+    collection: str,
     meta: tuple[str, ...],
     prune: bool,
     force: bool,
@@ -159,6 +167,7 @@ def ingest(
             settings,
             paths,
             category=category,
+            collection=collection,
             meta=parse_meta(meta),
             prune=prune,
             force=force,

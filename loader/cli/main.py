@@ -165,6 +165,7 @@ def cli(
 # --- the commands, one module each under loader/cli/, registered here one line each -------------
 # (each module imports only click at the top, so `pgkb --help` stays instant)
 from loader.cli.ask import ask  # noqa: E402
+from loader.cli.collections import collections  # noqa: E402
 from loader.cli.db import db  # noqa: E402
 from loader.cli.docs import docs  # noqa: E402
 from loader.cli.doctor import doctor  # noqa: E402
@@ -180,6 +181,7 @@ from loader.cli.serve import mcp, serve  # noqa: E402
 from loader.cli.stats import stats  # noqa: E402
 
 cli.add_command(ask)
+cli.add_command(collections)
 cli.add_command(db)
 cli.add_command(docs)
 cli.add_command(doctor)

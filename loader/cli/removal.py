@@ -7,6 +7,7 @@ import sys
 import click
 
 from loader.cli.base import App
+from loader.cli.filters import collection_option, joined
 from loader.safety import echo, one_line
 
 
@@ -18,9 +19,10 @@ from loader.safety import echo, one_line
     metavar="INTERVAL",
     help="90d, 12h, 2w, or PostgreSQL interval text ('3 months').",
 )
+@collection_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @click.pass_obj
-def stale(app: App, older_than: str, as_json: bool) -> None:
+def stale(app: App, older_than: str, collections: tuple[str, ...], as_json: bool) -> None:
     """List documents not updated for longer than INTERVAL, oldest first (kb.stale_documents).
 
     Exit code 0 also when none is stale; 2 when INTERVAL is not an interval.
@@ -30,9 +32,10 @@ def stale(app: App, older_than: str, as_json: bool) -> None:
     from loader.ops.removal import parse_interval
     from loader.ops.removal import stale as find_stale
 
-    with connection(app.settings(), read=True) as conn:
+    settings = app.settings(collections=joined(collections))
+    with connection(settings, read=True) as conn:
         interval = parse_interval(conn, older_than)
-        rows = find_stale(conn, interval)
+        rows = find_stale(conn, interval, settings.collection_names())
     if as_json:
         emit_json(rows)
         return
@@ -58,11 +61,13 @@ def stale(app: App, older_than: str, as_json: bool) -> None:
 )
 @click.option("--yes", is_flag=True, help="Remove what --source-like matches without asking.")
 @click.option("--dry-run", is_flag=True, help="Only show what would be removed.")
+@collection_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
 @click.pass_obj
 def remove(
     app: App,
     targets: tuple[str, ...],
+    collections: tuple[str, ...],
     source_like: str | None,
     yes: bool,
     dry_run: bool,
@@ -79,13 +84,15 @@ def remove(
     from loader.db.session import connection
     from loader.ops.removal import remove as run_remove
 
-    settings = app.settings()
+    settings = app.settings(collections=joined(collections))
     root = settings.source_root
+    scope = settings.collection_names()
     with connection(settings) as conn:
         if source_like is not None and not yes and not dry_run:
             preview = run_remove(
-                conn, targets, source_like=source_like, dry_run=True, source_root=root
-            )
+                conn, targets, source_like=source_like, dry_run=True, source_root=root,
+                collections=scope,
+            )  # fmt: skip
             totals = preview.totals()
             for r in preview.removed:
                 echo(f"would remove: {one_line(r['source_uri'])} ({r['chunks']} chunks)", err=True)
@@ -96,8 +103,9 @@ def remove(
                     emit_json(preview.to_dict())
                 return
         result = run_remove(
-            conn, targets, source_like=source_like, dry_run=dry_run, source_root=root
-        )
+            conn, targets, source_like=source_like, dry_run=dry_run, source_root=root,
+            collections=scope,
+        )  # fmt: skip
     data = result.to_dict()
     if as_json:
         emit_json(data)

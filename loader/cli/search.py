@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from loader.cli.base import App
-from loader.cli.filters import filter_options, search_filters
+from loader.cli.filters import filter_options, joined, search_filters
 from loader.safety import echo, one_line
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ def search(
     as_json: bool,
     source_pattern: str | None,
     meta_filters: tuple[str, ...],
+    collections: tuple[str, ...],
     min_similarity: float | None,
 ) -> None:
     """Search the knowledge base for QUERY and print the best chunks.
@@ -96,8 +97,8 @@ def search(
     from loader.errors import PgkbError
     from loader.search import search as run_search
 
-    settings = app.settings(min_similarity=min_similarity)
-    filters = search_filters(category, source_pattern, meta_filters)
+    settings = app.settings(min_similarity=min_similarity, collections=joined(collections))
+    filters = search_filters(category, source_pattern, meta_filters, collections)
     text = " ".join(query).strip()
     if not text:
         raise PgkbError("the search query is empty", hint='pgkb search "how do I ..."')

@@ -15,6 +15,14 @@ _category = click.option(
     "--category",
     help="Serve only documents of this category: every tool passes it to SQL.",
 )
+_collections = click.option(
+    "--collection",
+    "collections",
+    multiple=True,
+    metavar="NAME",
+    help="Serve only this collection (repeatable); every connection keeps to them in SQL. "
+    "Default: every collection the database role may read.",
+)
 _pool = click.option(
     "--pool-size",
     type=click.IntRange(1, 64),
@@ -40,6 +48,7 @@ _host = click.option(
 
 @click.command("mcp")
 @_category
+@_collections
 @click.option("--http", "over_http", is_flag=True, help="Streamable HTTP (at /mcp), not stdio.")
 @_host
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
@@ -49,6 +58,7 @@ _host = click.option(
 def mcp(
     app: App,
     category: str | None,
+    collections: tuple[str, ...],
     over_http: bool,
     host: str,
     port: int,
@@ -65,7 +75,10 @@ def mcp(
     from loader.serve.service import KnowledgeService
 
     service = KnowledgeService(
-        app.settings(), category=category, pool_size=pool_size, wait_timeout=wait_timeout
+        app.settings(collections=",".join(collections) or None),
+        category=category,
+        pool_size=pool_size,
+        wait_timeout=wait_timeout,
     )
     with service:
         if over_http:
@@ -75,6 +88,7 @@ def mcp(
 
 @click.command("serve")
 @_category
+@_collections
 @_host
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @setting_option(
@@ -102,6 +116,7 @@ def mcp(
 def serve(
     app: App,
     category: str | None,
+    collections: tuple[str, ...],
     host: str,
     port: int,
     serve_token: str | None,
@@ -118,7 +133,7 @@ def serve(
     from loader.serve.http import run
     from loader.serve.service import KnowledgeService
 
-    settings = app.settings(serve_token=serve_token)
+    settings = app.settings(serve_token=serve_token, collections=",".join(collections) or None)
     service = KnowledgeService(
         settings, category=category, pool_size=pool_size, wait_timeout=wait_timeout
     ).open()

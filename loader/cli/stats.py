@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from loader.cli.base import App
+from loader.cli.filters import collection_option, joined
 from loader.safety import echo
 
 
@@ -16,9 +17,10 @@ from loader.safety import echo
     show_default=True,
     help="How many of the last ingestion runs to show.",
 )
+@collection_option
 @click.option("--json", "as_json", is_flag=True, help="Print kb.stats() as JSON.")
 @click.pass_obj
-def stats(app: App, runs: int, as_json: bool) -> None:
+def stats(app: App, runs: int, collections: tuple[str, ...], as_json: bool) -> None:
     """Documents, chunks, embeddings per model, categories with their oldest and newest update,
     table and index sizes, the active model and the last ingestion runs."""
     from loader.cli.base import emit_json
@@ -26,7 +28,7 @@ def stats(app: App, runs: int, as_json: bool) -> None:
     from loader.ops.stats import render
     from loader.ops.stats import stats as read_stats
 
-    with connection(app.settings(), read=True) as conn:
+    with connection(app.settings(collections=joined(collections)), read=True) as conn:
         data = read_stats(conn, runs)
     if as_json:
         emit_json(data)

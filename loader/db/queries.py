@@ -235,9 +235,9 @@ SELECT DISTINCT ON (c.content_sha) c.content_sha, e.embedding
 """
 
 UPSERT_DOCUMENT = """
-INSERT INTO kb.documents AS d (source_uri, title, content_sha, category, metadata)
-VALUES (%s, %s, %s, %s, %s::jsonb)
-ON CONFLICT (source_uri) DO UPDATE
+INSERT INTO kb.documents AS d (source_uri, title, content_sha, category, metadata, collection)
+VALUES (%s, %s, %s, %s, %s::jsonb, %s)
+ON CONFLICT (collection, source_uri) DO UPDATE
    SET title = excluded.title,
        content_sha = excluded.content_sha,
        category = excluded.category,
@@ -251,6 +251,36 @@ COPY_CHUNKS = (
     "COPY kb.chunks (document_id, chunk_index, heading_path, content, content_sha, token_count)"
     " FROM STDIN WITH (FORMAT BINARY)"
 )
+ROW_SECURITY_ACTIVE = (
+    "SELECT row_security_active('kb.chunks') OR row_security_active('kb.embeddings')"
+)
+"""True for a writer that is not the tables' owner: row-level security applies to it, and
+PostgreSQL refuses COPY into such a table, so its rows go through the staging tables below."""
+CREATE_STAGING = """
+CREATE TEMP TABLE IF NOT EXISTS pgkb_chunks_in (
+    document_id uuid, chunk_index integer, heading_path text, content text, content_sha text,
+    token_count integer) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS pgkb_embeddings_in (LIKE kb.embeddings) ON COMMIT DELETE ROWS
+"""
+COPY_CHUNKS_STAGED = (
+    "COPY pg_temp.pgkb_chunks_in (document_id, chunk_index, heading_path, content, content_sha,"
+    " token_count) FROM STDIN WITH (FORMAT BINARY)"
+)
+COPY_EMBEDDINGS_STAGED = (
+    "COPY pg_temp.pgkb_embeddings_in (chunk_id, model_id, embedding) FROM STDIN"
+    " WITH (FORMAT BINARY)"
+)
+INSERT_STAGED_CHUNKS = """
+INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha, token_count)
+SELECT document_id, chunk_index, heading_path, content, content_sha, token_count
+  FROM pg_temp.pgkb_chunks_in;
+TRUNCATE pg_temp.pgkb_chunks_in
+"""
+INSERT_STAGED_EMBEDDINGS = """
+INSERT INTO kb.embeddings (chunk_id, model_id, embedding)
+SELECT chunk_id, model_id, embedding FROM pg_temp.pgkb_embeddings_in;
+TRUNCATE pg_temp.pgkb_embeddings_in
+"""
 CHUNK_IDS = "SELECT chunk_index, id FROM kb.chunks WHERE document_id = %s"
 COPY_EMBEDDINGS = (
     "COPY kb.embeddings (chunk_id, model_id, embedding) FROM STDIN WITH (FORMAT BINARY)"
@@ -266,13 +296,18 @@ SELECT l.pid, a.application_name FROM pg_locks l
 SET_APPLICATION_NAME = "SELECT set_config('application_name', %s, false)"
 """An ingestion-lock holder names itself (pgkb ingest, pgkb reembed) for the others."""
 SESSION_READ_ONLY = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+SET_SESSION_COLLECTIONS = "SELECT set_config('pgkb.collections', %s, false)"
+"""The session's collections (kb.collection_scope reads them): --collection on a read command
+or a server."""
 """``ask`` and the agent only read: every transaction of their connection is read-only."""
 
 ADVISORY_LOCK = "SELECT pg_advisory_lock(%s)"
 TRY_ADVISORY_LOCK = "SELECT pg_try_advisory_lock(%s)"
 ADVISORY_UNLOCK = "SELECT pg_advisory_unlock(%s)"
 
-STORED_SHAS = "SELECT source_uri, content_sha FROM kb.documents"
+STORED_SHAS = "SELECT source_uri, content_sha FROM kb.documents WHERE collection = %s"
+ENSURE_COLLECTION = "INSERT INTO kb.collections (name) VALUES (%s) ON CONFLICT (name) DO NOTHING"
+"""An ingest into a collection creates it when it is new."""
 ANALYZE_KB = "ANALYZE kb.documents, kb.chunks, kb.embeddings"
 
 # --- bulk loads: the model's HNSW index is dropped and built after (loader.ingest.bulk_index) --
@@ -282,8 +317,10 @@ DROP_MODEL_INDEX = "SELECT kb.drop_model_index(%s)"
 """model_id; returns jsonb {index, m, ef_construction}, or NULL when the model has no index."""
 BUILD_MODEL_INDEX = "SELECT kb.build_model_index(%s, %s, %s)"
 """model_id, hnsw_m, hnsw_ef_construction (NULL = pgvector's defaults)."""
-SOURCE_URIS_LIKE = "SELECT source_uri FROM kb.documents WHERE source_uri LIKE %s"
-DELETE_DOCUMENTS = "DELETE FROM kb.documents WHERE source_uri = ANY(%s)"
+SOURCE_URIS_LIKE = (
+    "SELECT source_uri FROM kb.documents WHERE source_uri LIKE %s AND collection = %s"
+)
+DELETE_DOCUMENTS = "DELETE FROM kb.documents WHERE source_uri = ANY(%s) AND collection = %s"
 
 # --- the document graph: reading (loader.graph.catalogue) ---------------------------------------
 
@@ -432,20 +469,29 @@ LINK_EDGES_OUT = """
 INSERT INTO kb.document_relations (source_id, target_id, relation_type, origin, evidence)
 SELECT l.source_id, d.id, 'references', 'link', nullif(l.anchor, '')
   FROM kb.document_links l
+  JOIN kb.documents s ON s.id = l.source_id
   JOIN kb.documents d ON d.source_uri = l.target_uri
  WHERE l.source_id = %(id)s AND d.id <> l.source_id
+   AND (%(across)s OR d.collection = s.collection)
 ON CONFLICT (source_id, target_id, relation_type) DO NOTHING
 """
-"""The document's links to ingested documents become ``references`` edges."""
+"""The document's links to ingested documents become ``references`` edges (within its
+collection unless ``across``)."""
 LINK_EDGES_IN = """
 INSERT INTO kb.document_relations (source_id, target_id, relation_type, origin, evidence)
 SELECT l.source_id, %(id)s, 'references', 'link', nullif(l.anchor, '')
   FROM kb.document_links l
+  JOIN kb.documents s ON s.id = l.source_id
  WHERE l.target_uri = %(uri)s AND l.source_id <> %(id)s
+   AND (%(across)s OR s.collection = (SELECT t.collection FROM kb.documents t WHERE t.id = %(id)s))
 ON CONFLICT (source_id, target_id, relation_type) DO NOTHING
 """
 """Other documents' links to this one (perhaps kept from before it arrived) become edges."""
-DOCUMENT_NAMES = "SELECT id::text AS document_id, title, source_uri FROM kb.documents"
+DOCUMENT_NAMES = """
+SELECT id::text AS document_id, title, source_uri FROM kb.documents
+ WHERE %(collection)s::text IS NULL OR collection = %(collection)s
+"""
+"""The documents a mention may point to: those of the run's collection (NULL: every one)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -459,8 +505,10 @@ CHUNK_TEXTS = "SELECT content FROM kb.chunks WHERE document_id = %s ORDER BY chu
 MENTION_CANDIDATES = """
 SELECT DISTINCT c.document_id::text
   FROM kb.chunks c
+  JOIN kb.documents d ON d.id = c.document_id
  WHERE c.tsv @@ phraseto_tsquery('english', %(phrase)s)
    AND c.document_id <> ALL(%(exclude)s::uuid[])
+   AND (%(collection)s::text IS NULL OR d.collection = %(collection)s)
  LIMIT 500
 """
 """Documents (outside ``exclude``) whose chunks hold the phrase: the GIN index narrows."""
@@ -507,6 +555,7 @@ class ChunkTextRow:
 DOCUMENT_PROFILES = """
 SELECT id::text AS document_id, title, coalesce(summary, '') AS summary, key_entities
   FROM kb.documents
+ WHERE %(collection)s::text IS NULL OR collection = %(collection)s
 """
 
 
@@ -530,7 +579,7 @@ KB_STATS = "SELECT kb.stats(%s)"
 INTERVAL_TEXT = "SELECT %s::interval::text"
 STALE_DOCUMENTS = """
 SELECT document_id, source_uri, title, category, updated_at, age::text AS age, chunks
-  FROM kb.stale_documents(%s::interval)
+  FROM kb.stale_documents(%s::interval, %s::text[])
 """
 
 
@@ -547,7 +596,7 @@ class StaleDocument:
 
 REMOVE_DOCUMENTS = """
 SELECT document_id, source_uri, title, chunks, embeddings, relations
-  FROM kb.remove_documents(%s::text[], %s::uuid[], %s, %s)
+  FROM kb.remove_documents(%s::text[], %s::uuid[], %s, %s, %s::text[])
 """
 
 
@@ -640,6 +689,40 @@ SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespa
 """
 CHECK_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %s, true)"
 CURRENT_DATABASE = "SELECT current_database()"
+REVOKE_READER = sql.SQL("REVOKE kb_reader FROM {}")
+"""Format with ``sql.Identifier(role)``: ``pgkb db revoke ROLE`` (every collection)."""
+MISSING_COLLECTIONS = """
+SELECT c FROM unnest(%s::text[]) AS c
+ WHERE NOT EXISTS (SELECT 1 FROM kb.collections k WHERE k.name = c)
+"""
+INSERT_COLLECTION_GRANT = """
+INSERT INTO kb.collection_grants (role_name, collection) VALUES (%s, %s) ON CONFLICT DO NOTHING
+"""
+"""A role's grant of one collection (NULL: every collection); granting twice changes nothing."""
+COLLECTION_GRANTS = """
+SELECT g.role_name, g.collection, g.granted_at, r.oid IS NOT NULL AS role_exists,
+       coalesce(pg_has_role(r.oid, 'kb_reader', 'MEMBER'), false) AS reader
+  FROM kb.collection_grants g
+  LEFT JOIN pg_roles r ON r.rolname = g.role_name
+ WHERE %(role)s::text IS NULL OR g.role_name = %(role)s
+ ORDER BY g.role_name, g.collection NULLS FIRST
+"""
+DELETE_COLLECTION_GRANTS = """
+DELETE FROM kb.collection_grants
+ WHERE role_name = %(role)s
+   AND (%(collections)s::text[] IS NULL OR collection = ANY (%(collections)s::text[]))
+RETURNING collection
+"""
+"""A role's grants: the named collections, or (collections NULL) all of them."""
+COLLECTION_LIST = """
+SELECT name, description, created_at, documents, chunks FROM kb.collection_list()
+"""
+CREATE_COLLECTION = """
+INSERT INTO kb.collections (name, description) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING
+"""
+DESCRIBE_COLLECTION = "UPDATE kb.collections SET description = %s WHERE name = %s"
+DROP_COLLECTION_DOCUMENTS = "DELETE FROM kb.documents WHERE collection = %s"
+DROP_COLLECTION = "DELETE FROM kb.collections WHERE name = %s"
 GRANT_READER = sql.SQL("GRANT kb_reader TO {}")
 GRANT_WRITER = sql.SQL("GRANT kb_writer TO {}")
 """Format both with ``sql.Identifier(role)``."""

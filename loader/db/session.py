@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from loader.db import queries
 from loader.db.connect import connect, database_url, register_vector
 from loader.db.migrations import check_schema
 from loader.settings import Settings
@@ -24,9 +25,20 @@ def connection(
     url = database_url(settings, read=read)
     conn = connect(url, register=False)
     try:
+        scope_session(conn, settings)
         if check:
             check_schema(conn)
         register_vector(conn)
         yield conn
     finally:
         conn.close()
+
+
+def scope_session(conn: psycopg.Connection[Any], settings: Settings) -> None:
+    """Keep the connection to the ``collections`` setting (``--collection``): the session's
+    ``pgkb.collections``, which every kb function applies within the role's grants."""
+    names = settings.collection_names()
+    if names:
+        conn.execute(queries.SET_SESSION_COLLECTIONS, (",".join(names),))
+        if not conn.autocommit:
+            conn.commit()  # a session setting: rolled back with its transaction otherwise

@@ -149,6 +149,15 @@ def _samples(results: Sequence[QueryResult]) -> list[Sample]:
     ]
 
 
+def _ingest_collection(settings: Settings) -> str:
+    """The collection an eval ingests its corpus into: the one ``--collection`` names (the
+    eval reads only it), else the default."""
+    from loader.filters import DEFAULT_COLLECTION
+
+    names = settings.collection_names()
+    return names[0] if len(names) == 1 else DEFAULT_COLLECTION
+
+
 def _ingest_corpus(settings: Settings, corpus: Path, progress: Progress) -> dict[str, Any]:
     from loader.ingest.pipeline import ingest_paths
 
@@ -159,7 +168,7 @@ def _ingest_corpus(settings: Settings, corpus: Path, progress: Progress) -> dict
         )
     progress(f"ingesting {corpus} (unchanged documents are skipped)")
     started = time.monotonic()
-    report = ingest_paths(settings, [corpus])
+    report = ingest_paths(settings, [corpus], collection=_ingest_collection(settings))
     summary = _report_dict(report)
     summary["seconds"] = round(time.monotonic() - started, 1)
     progress(f"ingestion done in {summary['seconds']} s: {_short(summary)}")
@@ -472,7 +481,10 @@ def ingest_beir(settings: Settings, dataset: BeirDataset, progress: Progress) ->
 
     progress(f"ingesting {total} documents of {dataset.name} (unchanged ones are skipped)")
     with connection(settings) as conn:
-        report = ingest_documents(conn, documents(), embedder, settings, progress=on_event)
+        report = ingest_documents(
+            conn, documents(), embedder, settings, progress=on_event,
+            collection=_ingest_collection(settings),
+        )  # fmt: skip
     report_progress(force=True)
     summary = _report_dict(report)
     failed = summary.get("failed") or []

@@ -27,6 +27,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from loader.db import queries
+from loader.filters import DEFAULT_COLLECTION
 from loader.graph import llm
 from loader.graph.links import Link, MentionIndex
 from loader.graph.metadata import ChunkLike, DocumentMetadata, TocEntry, deterministic
@@ -67,7 +68,10 @@ class _Written:
 class GraphWriter:
     """The graph side of one ingestion run."""
 
-    def __init__(self) -> None:
+    def __init__(self, collection: str | None = DEFAULT_COLLECTION) -> None:
+        self.collection = collection
+        """The run's collection: links and mentions resolve to its documents only (None: to
+        every collection's, the graph_across_collections setting)."""
         self.stats = GraphStats()
         self.written: list[_Written] = []
         self.seconds = 0.0
@@ -102,10 +106,13 @@ class GraphWriter:
                 },
             )
             self.stats.links += len(links)
-            out = conn.execute(queries.LINK_EDGES_OUT, {"id": document_id})
+            out = conn.execute(
+                queries.LINK_EDGES_OUT, {"id": document_id, "across": self.collection is None}
+            )
             self.stats.link_edges += out.rowcount
         self.stats.link_edges += conn.execute(
-            queries.LINK_EDGES_IN, {"id": document_id, "uri": source_uri}
+            queries.LINK_EDGES_IN,
+            {"id": document_id, "uri": source_uri, "across": self.collection is None},
         ).rowcount
         self.written.append(_Written(str(document_id), title, source_uri, content_sha, is_new))
         self.seconds += time.perf_counter() - started
@@ -118,7 +125,10 @@ class GraphWriter:
         self.seconds += time.perf_counter() - started
         if self.written and settings is not None and settings.chat_model:
             started = time.perf_counter()
-            enrich_documents(conn, settings, [w.document_id for w in self.written], self.stats)
+            enrich_documents(
+                conn, settings, [w.document_id for w in self.written], self.stats,
+                collection=self.collection,
+            )  # fmt: skip
             self.seconds += time.perf_counter() - started
         return self.stats
 
@@ -126,7 +136,9 @@ class GraphWriter:
         with conn.cursor(row_factory=class_row(queries.DocumentNameRow)) as cur:
             documents = [
                 (r.document_id, r.title, r.source_uri)
-                for r in cur.execute(queries.DOCUMENT_NAMES).fetchall()
+                for r in cur.execute(
+                    queries.DOCUMENT_NAMES, {"collection": self.collection}
+                ).fetchall()
             ]
         conn.commit()
         index = MentionIndex.build(documents)
@@ -155,7 +167,8 @@ class GraphWriter:
                        for words, _ in entries] + list(single.by_file_name)  # fmt: skip
             for phrase in phrases:
                 rows = conn.execute(
-                    queries.MENTION_CANDIDATES, {"phrase": phrase, "exclude": written_ids}
+                    queries.MENTION_CANDIDATES,
+                    {"phrase": phrase, "exclude": written_ids, "collection": self.collection},
                 ).fetchall()
                 for (source,) in rows:
                     texts = _chunk_texts(conn, source)
@@ -209,6 +222,8 @@ def enrich_documents(
     settings: Settings,
     document_ids: Sequence[str],
     stats: GraphStats,
+    *,
+    collection: str | None = None,
 ) -> None:
     """The chat model's metadata and edges for ``document_ids``; never raises for the model."""
     try:
@@ -220,7 +235,9 @@ def enrich_documents(
     with conn.cursor(row_factory=class_row(queries.DocumentProfileRow)) as profile_cur:
         profiles = [
             (r.document_id, r.title, r.summary, list(r.key_entities or []))
-            for r in profile_cur.execute(queries.DOCUMENT_PROFILES).fetchall()
+            for r in profile_cur.execute(
+                queries.DOCUMENT_PROFILES, {"collection": collection}
+            ).fetchall()
         ]
     conn.commit()
     for document_id in document_ids:

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from loader.errors import ConfigError, DatabaseError, PgkbError
+from loader.filters import DEFAULT_COLLECTION, check_collection
 from loader.graph.links import resolve_links
 from loader.ingest.bulk_index import bulk_index
 from loader.ingest.chunking import Chunker
@@ -80,8 +81,10 @@ def ingest_documents(
     category: str | None = None,
     progress: ProgressCallback | None = None,
     wait: bool = True,
+    collection: str = DEFAULT_COLLECTION,
 ) -> IngestReport:
-    """Ingest in-memory documents (e.g. a BEIR corpus) with the same guarantees as files.
+    """Ingest in-memory documents (e.g. a BEIR corpus) with the same guarantees as files, into
+    ``collection`` (created when new).
 
     ``category`` applies to documents that have none of their own. An unchanged document (same
     title, text, sections, category and metadata) is skipped; a changed one is replaced in one
@@ -90,15 +93,18 @@ def ingest_documents(
     """
     report = IngestReport()
     started = time.perf_counter()
+    check_collection(collection)
     Chunker.from_settings(settings, embedder)  # ConfigError before touching the database
     with ingest_lock(conn, wait=wait, progress=progress):
         model_id, chunker = _prepare_model(conn, embedder, settings)
         fingerprint = chunker.fingerprint()
-        stored = stored_shas(conn)
+        stored = stored_shas(conn, collection)
         with bulk_index(conn, model_id, settings, report=report) as bulk:
             writer = Writer(
-                conn, embedder, model_id, settings.embedding_batch_size, report, progress, bulk
-            )
+                conn, embedder, model_id, settings.embedding_batch_size, report, progress, bulk,
+                collection=collection,
+                graph_across_collections=settings.graph_across_collections,
+            )  # fmt: skip
             for doc in documents:
                 report.files_seen += 1
                 doc_category = doc.category if doc.category is not None else category
@@ -160,8 +166,10 @@ def ingest_paths(
     progress: ProgressCallback | None = None,
     embedder: Embedder | None = None,
     force: bool = False,
+    collection: str = DEFAULT_COLLECTION,
 ) -> IngestReport:
-    """Ingest files and folders (recursively) into the configured database.
+    """Ingest files and folders (recursively) into the configured database, into
+    ``collection`` (created when new; --prune removes only its documents).
 
     Run-level problems raise :class:`PgkbError` before anything is written (a missing path, bad
     settings, no connection, a model mismatch, chunks larger than the model reads). A failure of
@@ -173,6 +181,7 @@ def ingest_paths(
     report = IngestReport()
     started = time.perf_counter()
     meta = dict(meta or {})
+    check_collection(collection)
     with report.phase("scan"):
         scan = scan_paths(paths)
     names = SourceNames.for_root(settings.source_root)  # source_uri relative to it, if set
@@ -193,13 +202,14 @@ def ingest_paths(
         report.files_seen = len(scan.files) + len(scan.failures)
         if progress:
             progress("scanned", {"files": [str(f) for f in scan.files]})
-        stored = stored_shas(conn)
+        stored = stored_shas(conn, collection)
         try:
             # a load of hnsw_bulk_threshold embeddings or more builds the HNSW index after it
             with bulk_index(conn, model_id, settings, report=report) as bulk:
                 writer = Writer(
                     conn, embedder, model_id, settings.embedding_batch_size, report, progress,
-                    bulk,
+                    bulk, collection=collection,
+                    graph_across_collections=settings.graph_across_collections,
                 )  # fmt: skip
                 for path in scan.files:
                     source = names.uri(path)
@@ -228,6 +238,7 @@ def ingest_paths(
                     max_fraction=settings.prune_max_fraction,
                     force=force,
                     names=names,
+                    collection=collection,
                 )
         analyze(conn, report)
         refresh_profile(conn, embedder, report)

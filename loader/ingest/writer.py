@@ -16,6 +16,7 @@ import psycopg
 
 from loader.db import queries
 from loader.errors import PgkbError
+from loader.filters import DEFAULT_COLLECTION
 from loader.graph.links import Link
 from loader.graph.store import GraphWriter
 from loader.ingest.bulk_index import BulkIndex
@@ -82,8 +83,13 @@ class Writer:
         report: IngestReport,
         progress: ProgressCallback | None,
         bulk: BulkIndex | None = None,
+        *,
+        collection: str = DEFAULT_COLLECTION,
+        graph_across_collections: bool = False,
     ) -> None:
         self.conn = conn
+        self.collection = collection
+        """The collection every document of the run is written into."""
         self.bulk = bulk
         """Told how many embeddings each batch writes, before it writes them (it may drop the
         model's HNSW index for a bulk load; see :mod:`loader.ingest.bulk_index`)."""
@@ -94,7 +100,8 @@ class Writer:
         self.progress = progress
         self.pending: list[Prepared] = []
         self.pending_texts = 0
-        self.graph = GraphWriter()
+        self.graph = GraphWriter(None if graph_across_collections else collection)
+        self._staged: bool | None = None
 
     def finish_graph(self, settings: Settings) -> None:
         """The graph's end-of-run work (mentions, chat-model metadata and edges)."""
@@ -164,6 +171,17 @@ class Writer:
                     # run goes on with the other documents
                     self.report.fail(prepared.source_uri, database_refusal(exc))
 
+    def _staging(self) -> bool:
+        """Whether rows go through temporary staging tables: for a writer that row-level
+        security applies to (not the owner), since PostgreSQL refuses COPY into such a table;
+        the owner copies straight into kb.chunks and kb.embeddings."""
+        if self._staged is None:
+            row = self.conn.execute(queries.ROW_SECURITY_ACTIVE).fetchone()
+            self._staged = bool(row and row[0])
+        if self._staged:  # in each document's transaction: a rolled back one takes it along
+            self.conn.execute(queries.CREATE_STAGING)
+        return self._staged
+
     def _write(self, prepared: Prepared, vectors: dict[str, Any]) -> None:
         conn = self.conn
         with conn.transaction():
@@ -175,12 +193,16 @@ class Writer:
                     prepared.content_sha,
                     prepared.category,
                     json.dumps(prepared.metadata, default=json_default, ensure_ascii=False),
+                    self.collection,
                 ),
             ).fetchone()
             assert row is not None
             document_id = row[0]
             conn.execute(queries.DELETE_CHUNKS, (document_id,))
-            with conn.cursor().copy(queries.COPY_CHUNKS) as copy:
+            staged = self._staging()
+            with conn.cursor().copy(
+                queries.COPY_CHUNKS_STAGED if staged else queries.COPY_CHUNKS
+            ) as copy:
                 copy.set_types(["uuid", "int4", "text", "text", "text", "int4"])
                 for chunk in prepared.chunks:
                     copy.write_row(
@@ -193,13 +215,19 @@ class Writer:
                             chunk.token_count,
                         )
                     )
+            if staged:
+                conn.execute(queries.INSERT_STAGED_CHUNKS)
             ids = dict(conn.execute(queries.CHUNK_IDS, (document_id,)).fetchall())
-            with conn.cursor().copy(queries.COPY_EMBEDDINGS) as copy:
+            with conn.cursor().copy(
+                queries.COPY_EMBEDDINGS_STAGED if staged else queries.COPY_EMBEDDINGS
+            ) as copy:
                 copy.set_types(["int8", "int4", "vector"])
                 for chunk in prepared.chunks:
                     copy.write_row(
                         (ids[chunk.index], self.model_id, _as_vector(vectors[chunk.content_sha]))
                     )
+            if staged:
+                conn.execute(queries.INSERT_STAGED_EMBEDDINGS)
             self.graph.write(
                 conn, document_id, source_uri=prepared.source_uri, title=prepared.title,
                 content_sha=prepared.content_sha, chunks=prepared.chunks, links=prepared.links,
@@ -314,8 +342,13 @@ def _refusal(what: str, pid: int | None, name: str) -> str:
     return f"{who} is writing to this knowledge base; {what} does not run beside it"
 
 
-def stored_shas(conn: psycopg.Connection[Any]) -> dict[str, str]:
-    rows = conn.execute(queries.STORED_SHAS).fetchall()
+def stored_shas(
+    conn: psycopg.Connection[Any], collection: str = DEFAULT_COLLECTION
+) -> dict[str, str]:
+    """The stored documents of ``collection`` (which it creates when it is new): source_uri ->
+    content_sha."""
+    conn.execute(queries.ENSURE_COLLECTION, (collection,))
+    rows = conn.execute(queries.STORED_SHAS, (collection,)).fetchall()
     conn.commit()
     return {uri: sha for uri, sha in rows}
 
@@ -352,6 +385,7 @@ def prune_missing(
     max_fraction: float = 0.5,
     force: bool = False,
     names: SourceNames | None = None,
+    collection: str = DEFAULT_COLLECTION,
 ) -> int:
     """Delete documents under the scanned folders whose files no longer exist.
 
@@ -359,7 +393,8 @@ def prune_missing(
     that could not be listed are kept. When the deletion would remove more than
     ``max_fraction`` of the documents under the scanned folders (an unmounted disk, a wrong
     path), nothing is deleted and the run reports a failure, unless ``force``. ``names``: how
-    source_uri is formed (absolute, or relative to the source root).
+    source_uri is formed (absolute, or relative to the source root). Only documents of
+    ``collection`` are considered.
     """
     names = names or SourceNames()
     present = {names.uri(f) for f in scan.files}
@@ -368,7 +403,7 @@ def prune_missing(
     for root in scan.roots:
         rows = conn.execute(
             queries.SOURCE_URIS_LIKE,
-            (names.like_prefix(root),),
+            (names.like_prefix(root), collection),
         ).fetchall()
         total += len(rows)
         for (uri,) in rows:
@@ -391,7 +426,7 @@ def prune_missing(
         )
         return 0
     with conn.transaction():
-        conn.execute(queries.DELETE_DOCUMENTS, (doomed,))
+        conn.execute(queries.DELETE_DOCUMENTS, (doomed, collection))
     for uri in doomed:
         log.info("pruned: %s", uri)
     return len(doomed)

@@ -59,13 +59,17 @@ def parse_interval(conn: psycopg.Connection[Any], text: str) -> str:
     return value
 
 
-def stale(conn: psycopg.Connection[Any], older_than: str) -> list[dict[str, Any]]:
+def stale(
+    conn: psycopg.Connection[Any], older_than: str, collections: Sequence[str] = ()
+) -> list[dict[str, Any]]:
     """The documents not updated for longer than ``older_than`` (an interval text), oldest
-    first, as dicts (``document_id`` as text)."""
+    first, as dicts (``document_id`` as text); only of ``collections`` when given."""
     from psycopg.rows import class_row
 
     with conn.cursor(row_factory=class_row(queries.StaleDocument)) as cur:
-        rows = cur.execute(queries.STALE_DOCUMENTS, (older_than,)).fetchall()
+        rows = cur.execute(
+            queries.STALE_DOCUMENTS, (older_than, list(collections) or None)
+        ).fetchall()
     conn.rollback()
     return [_as_dict(r) for r in rows]
 
@@ -117,9 +121,11 @@ def remove(
     source_like: str | None = None,
     dry_run: bool = False,
     source_root: Path | None = None,
+    collections: Sequence[str] = (),
 ) -> Removal:
     """Remove the documents named by ``targets`` (source URIs, paths or document ids) and/or
-    matching the LIKE pattern ``source_like``, with their chunks, embeddings and relations.
+    matching the LIKE pattern ``source_like``, with their chunks, embeddings and relations;
+    only documents of ``collections`` when given (the same source may be in several).
 
     All or nothing: when a target matches no document (or the pattern matches none), nothing is
     removed and :class:`NothingMatched` names what matched nothing."""
@@ -140,7 +146,8 @@ def remove(
             per_target[target] = cands
     with conn.transaction(), conn.cursor(row_factory=class_row(queries.RemovedDocument)) as cur:
         rows = cur.execute(
-            queries.REMOVE_DOCUMENTS, (sources, ids, source_like, dry_run)
+            queries.REMOVE_DOCUMENTS,
+            (sources, ids, source_like, dry_run, list(collections) or None),
         ).fetchall()
         got = {r.source_uri for r in rows} | {str(r.document_id) for r in rows}
         unmatched = [t for t, cands in per_target.items() if not got.intersection(cands)]

@@ -1,14 +1,19 @@
-"""Roles for services: ``pgkb db grant ROLE --read|--write``.
+"""Roles for services: ``pgkb db grant ROLE --read|--write``, ``pgkb db grants``,
+``pgkb db revoke ROLE``.
 
 ``--read`` makes ROLE a member of ``kb_reader`` (EXECUTE on the search, graph and read
-functions; no table privilege) and sets, for ROLE in this database only, a ``search_path`` that
-lets it call ``hybrid_search(...)`` unqualified and (``--statement-timeout``) a statement timeout.
-``--write`` makes ROLE a member of ``kb_writer`` (what the loader needs: the kb tables and the
-maintenance functions). The settings take effect at ROLE's next login.
+functions; no table privilege), records which collections it may read in
+``kb.collection_grants`` (``--collection``, repeatable; none: every collection), and sets, for
+ROLE in this database only, a ``search_path`` that lets it call ``hybrid_search(...)``
+unqualified and (``--statement-timeout``) a statement timeout. ``--write`` makes ROLE a member
+of ``kb_writer`` (what the loader needs: the kb tables and the maintenance functions; writers
+read every collection). The settings take effect at ROLE's next login; the collections at its
+next call (the kb functions read the grants on every call).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -24,13 +29,29 @@ def grant(
     read: bool,
     write: bool,
     statement_timeout: str | None = None,
+    collections: Sequence[str] = (),
 ) -> list[str]:
-    """Grant ROLE read and/or write access; returns the statements run (for the report)."""
+    """Grant ROLE read and/or write access (reading: ``collections`` only, when given);
+    returns the statements run (for the report)."""
     import psycopg
     from psycopg import sql
 
+    from loader.filters import check_collection
+
     if not read and not write:
         raise PgkbError("say what to grant", hint="--read (search) or --write (load)")
+    if collections and not read:
+        raise PgkbError("--collection goes with --read (writers read and write every collection)")
+    names = list(dict.fromkeys(check_collection(c) for c in collections))
+    if names:
+        missing = [r[0] for r in conn.execute(queries.MISSING_COLLECTIONS, (names,)).fetchall()]
+        conn.rollback()
+        if missing:
+            raise PgkbError(
+                f"no collection {', '.join(repr(m) for m in missing)}; nothing was granted",
+                hint="pgkb collections lists them; pgkb ingest DIR --collection NAME or "
+                "pgkb collections create NAME makes one",
+            )
     row = conn.execute(queries.ROLE_CAN_LOGIN, (role,)).fetchone()
     conn.rollback()
     if row is None:
@@ -79,9 +100,78 @@ def grant(
             for statement in statements:
                 conn.execute(statement)
                 done.append(statement.as_string(conn))
+            if read:
+                targets: list[str | None] = [*names] or [None]  # None: every collection
+                for name in targets:
+                    conn.execute(queries.INSERT_COLLECTION_GRANT, (role, name))
+                    done.append(
+                        f"-- {role} reads " + (f"collection {name}" if name else "every collection")
+                    )
     except psycopg.errors.InsufficientPrivilege as exc:
         raise PgkbError(
             f"not allowed to grant to {role!r}: {exc.diag.message_primary}; nothing was granted",
             hint="run pgkb db grant as the kb owner or a role with CREATEROLE",
         ) from None
+    return done
+
+
+def grants(conn: psycopg.Connection[Any], role: str | None = None) -> list[dict[str, Any]]:
+    """The collection grants (of ``role``, or every role's), by role: ``collection`` None means
+    every collection; ``role_exists`` and ``reader`` (a member of kb_reader) say whether the
+    grant is in effect."""
+    from psycopg.rows import dict_row
+
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(queries.COLLECTION_GRANTS, {"role": role}).fetchall()
+    conn.rollback()
+    return [dict(r) for r in rows]
+
+
+def revoke(conn: psycopg.Connection[Any], role: str, collections: Sequence[str] = ()) -> list[str]:
+    """Take collections from ROLE (``collections``), or (none given) its reading altogether:
+    every grant, and its membership in kb_reader. Returns what was done (for the report)."""
+    import psycopg
+    from psycopg import sql
+
+    from loader.filters import check_collection
+
+    if role in ("kb_reader", "kb_writer"):
+        raise PgkbError(f"{role} is one of pgkb's own group roles; revoke from a service role")
+    names = list(dict.fromkeys(check_collection(c) for c in collections))
+    held = grants(conn, role)
+    if names and any(g["collection"] is None for g in held):
+        raise PgkbError(
+            f"{role} reads every collection (granted without --collection); nothing was revoked",
+            hint=f"pgkb db revoke {role}, then pgkb db grant {role} --read --collection NAME "
+            "for each collection it keeps",
+        )
+    absent = [n for n in names if n not in {g["collection"] for g in held}]
+    if absent:
+        raise PgkbError(
+            f"{role} has no grant of {', '.join(repr(a) for a in absent)}; nothing was revoked",
+            hint="pgkb db grants lists the grants",
+        )
+    done: list[str] = []
+    try:
+        with conn.transaction():
+            rows = conn.execute(
+                queries.DELETE_COLLECTION_GRANTS, {"role": role, "collections": names or None}
+            ).fetchall()
+            done += [
+                f"-- {role} no longer reads "
+                + (f"collection {r[0]}" if r[0] else "every collection")
+                for r in rows
+            ]
+            exists = conn.execute(queries.ROLE_CAN_LOGIN, (role,)).fetchone() is not None
+            if not names and exists:
+                statement = queries.REVOKE_READER.format(sql.Identifier(role))
+                conn.execute(statement)
+                done.append(statement.as_string(conn))
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise PgkbError(
+            f"not allowed to revoke from {role!r}: {exc.diag.message_primary}; nothing was revoked",
+            hint="run pgkb db revoke as the kb owner or a role with CREATEROLE",
+        ) from None
+    if not done:
+        raise PgkbError(f"{role} has no grant to revoke", hint="pgkb db grants lists the grants")
     return done

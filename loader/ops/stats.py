@@ -51,6 +51,10 @@ def render(data: dict[str, Any]) -> str:
     if not data["models"]:
         lines.append("  (no model registered)")
     lines.append("")
+    lines.append(f"{'collection':<24} {'docs':>7} {'chunks':>8}")
+    for c in data.get("collections", []):
+        lines.append(f"{c['collection']:<24} {c['documents']:>7} {c['chunks']:>8}")
+    lines.append("")
     lines.append(
         f"{'category':<24} {'docs':>7} {'chunks':>8}  {'oldest update':<19}  newest update"
     )

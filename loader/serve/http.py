@@ -251,7 +251,7 @@ def create_app(
         _unknown(
             body,
             {"query", "mode", "limit", "category", "source", "metadata", "min_similarity",
-             "document_ids"},
+             "document_ids", "collections"},
         )  # fmt: skip
         similarity = _field(body, "min_similarity", (int, float))
         ids = _field(body, "document_ids", list)
@@ -265,16 +265,19 @@ def create_app(
                 metadata=_field(body, "metadata", dict),
                 min_similarity=None if similarity is None else float(similarity),
                 document_ids=parse_document_ids(ids),
+                collections=_field(body, "collections", list),
             )
         )
         return JSONResponse(json.loads(json.dumps(result, default=str)))
 
     async def ask(request: Request) -> Response:
         body = await _json_body(request)
-        _unknown(body, {"question", "category"})
+        _unknown(body, {"question", "category", "collections"})
         result = await run(
             lambda: service.ask(
-                _field(body, "question", str, ""), category=_field(body, "category", str)
+                _field(body, "question", str, ""),
+                category=_field(body, "category", str),
+                collections=_field(body, "collections", list),
             )
         )
         return JSONResponse(json.loads(json.dumps(result, default=str)))

@@ -173,6 +173,14 @@ Category = Annotated[
         "only its own."
     ),
 ]
+Collections = Annotated[
+    list[str] | None,
+    Field(
+        description="Only these collections (knowledge bases); default: every one this server "
+        "may read.",
+        max_length=100,
+    ),
+]
 
 
 def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -191,6 +199,9 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
     from mcp_types import ToolAnnotations
 
     scope = f" Scoped to category {service.category!r}." if service.category else ""
+    served = service.settings.collection_names()
+    if served:
+        scope += f" Serves the collections {', '.join(served)}."
     server: MCPServer[Any] = MCPServer(name="pgkb", instructions=INSTRUCTIONS + scope)
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
@@ -203,6 +214,7 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
         ] = "hybrid",
         limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT)] = 5,
         category: Category = None,
+        collections: Collections = None,
         source: Annotated[
             str | None, Field(description="LIKE pattern on source_uri, e.g. '%/sql-%'.")
         ] = None,
@@ -226,6 +238,7 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
             metadata=metadata,
             min_similarity=min_similarity,
             document_ids=_call(parse_document_ids, document_ids),
+            collections=collections,
         )
         return SearchResult.model_validate(data)
 
@@ -233,10 +246,13 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
     def ask(
         question: Annotated[str, Field(description="The question, in natural language.")],
         category: Category = None,
+        collections: Collections = None,
     ) -> AskResult:
         """Answer a question from the knowledge base with citations, or say it does not know
         (abstained). Without a chat model configured, the answer is the best passages, cited."""
-        return AskResult.model_validate(_call(service.ask, question, category=category))
+        return AskResult.model_validate(
+            _call(service.ask, question, category=category, collections=collections)
+        )
 
     @server.tool(annotations=read_only)
     def read_document(
@@ -251,6 +267,7 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
         chunk_end: Annotated[int | None, Field(ge=0)] = None,
         max_tokens: Annotated[int, Field(ge=MIN_READ_TOKENS, le=MAX_READ_TOKENS)] = 4000,
         category: Category = None,
+        collections: Collections = None,
     ) -> ReadResult:
         """Read a document's chunks in order: all of it, or chunks chunk_start..chunk_end
         (inclusive, from 0). When that exceeds max_tokens, returns the document's outline
@@ -262,6 +279,7 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
             chunk_end=chunk_end,
             max_tokens=max_tokens,
             category=category,
+            collections=collections,
         )
         return ReadResult.model_validate(data)
 
@@ -271,11 +289,17 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
         before: Annotated[int, Field(ge=0, le=MAX_NEIGHBOURS)] = 1,
         after: Annotated[int, Field(ge=0, le=MAX_NEIGHBOURS)] = 1,
         category: Category = None,
+        collections: Collections = None,
     ) -> NeighborsResult:
         """The text around a search hit: the chunk with up to `before` chunks preceding it and
         `after` following it in its document, in order."""
         data = _call(
-            service.neighbor_chunks, chunk_id, before=before, after=after, category=category
+            service.neighbor_chunks,
+            chunk_id,
+            before=before,
+            after=after,
+            category=category,
+            collections=collections,
         )
         return NeighborsResult.model_validate(data)
 
@@ -291,6 +315,7 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
         ] = None,
         limit: Annotated[int, Field(ge=1, le=25)] = 15,
         category: Category = None,
+        collections: Collections = None,
     ) -> GraphResult:
         """Walk the document graph (links, mentions, typed relations). With document: the
         documents up to depth hops from it, each with its distance and path. With query: the
@@ -304,6 +329,7 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
             relation_types=relation_types,
             limit=limit,
             category=category,
+            collections=collections,
         )
         return GraphResult.model_validate(data)
 
@@ -311,12 +337,13 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
     def list_documents(
         limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT)] = 200,
         category: Category = None,
+        collections: Collections = None,
     ) -> Catalogue:
         """The catalogue of the knowledge base: every document's id, title, source_uri, type,
         summary, key entities and chunk count, by title. Load it at the start of a session to
         know what the knowledge base holds."""
         return Catalogue.model_validate(
-            _call(service.list_documents, limit=limit, category=category)
+            _call(service.list_documents, limit=limit, category=category, collections=collections)
         )
 
     return server

@@ -13,7 +13,10 @@ the pool reconnects by itself when it is back).
 The scope: with ``category`` set, every call passes it to the SQL functions as their filter
 (``kb.hybrid_search``'s filters, ``kb.document_list``, ``kb.find_documents``,
 ``kb.explore_graph``), so a document of another category is never found, read or listed; a call
-asking for another category is refused.
+asking for another category is refused. Collections are kept in the database itself: every
+pooled connection carries the served collections (``--collection``) as its session's
+``pgkb.collections``, which every kb function applies within the role's grants; a call's own
+``collections`` narrow them further for that call (one outside them is refused).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -73,14 +76,20 @@ def _text(name: str, value: Any, limit: int = MAX_QUERY_CHARS) -> str:
     return value.strip()
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    """A new pooled connection: autocommit, every transaction read-only, pgvector's types."""
-    from loader.db.connect import register_vector
+def _configurer(settings: Settings) -> Callable[[psycopg.Connection[Any]], None]:
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        """A new pooled connection: autocommit, every transaction read-only, pgvector's types,
+        the served collections (``--collection``) as the session's."""
+        from loader.db.connect import register_vector
+        from loader.db.session import scope_session
 
-    conn.autocommit = True
-    conn.execute(queries.SESSION_READ_ONLY)
-    conn.read_only = True
-    register_vector(conn)
+        conn.autocommit = True
+        conn.execute(queries.SESSION_READ_ONLY)
+        conn.read_only = True
+        scope_session(conn, settings)
+        register_vector(conn)
+
+    return configure
 
 
 class KnowledgeService:
@@ -112,7 +121,7 @@ class KnowledgeService:
             min_size=1,
             max_size=max(1, pool_size),
             kwargs={"connect_timeout": 5, "application_name": "pgkb serve"},
-            configure=_configure,
+            configure=_configurer(settings),
             check=ConnectionPool.check_connection,
             timeout=wait_timeout,
             reconnect_timeout=24 * 3600,
@@ -156,18 +165,56 @@ class KnowledgeService:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _collections(self, collections: Sequence[str] | None) -> tuple[str, ...]:
+        """A call's ``collections``, checked: valid names, within the served ones."""
+        from loader.errors import ConfigError
+        from loader.filters import check_collection
+
+        if collections is None:
+            return ()
+        if isinstance(collections, str) or not isinstance(collections, Sequence):
+            raise BadRequest('collections must be a list of collection names, e.g. ["hr"]')
+        if len(collections) > 100:
+            raise BadRequest("collections may name at most 100 collections")
+        try:
+            names = tuple(
+                dict.fromkeys(check_collection(c, where="collections") for c in collections)
+            )
+        except ConfigError as exc:
+            raise BadRequest(exc.message) from None
+        served = self.settings.collection_names()
+        outside = [n for n in names if served and n not in served]
+        if outside:
+            raise BadRequest(
+                f"this server serves collections {', '.join(served)}; {', '.join(outside)} "
+                "is not available",
+                hint="leave collections out, or start another server for that collection",
+            )
+        return names
+
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled read-only connection; database failures become :class:`Unavailable`, a
-        missing grant one message naming ``pgkb db grant``, any other SQL error
-        :class:`BadRequest`."""
+    def connection(
+        self, collections: Sequence[str] | None = None
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled read-only connection, kept to ``collections`` (within the served ones) for
+        the call; database failures become :class:`Unavailable`, a missing grant one message
+        naming ``pgkb db grant``, any other SQL error :class:`BadRequest`."""
         from psycopg_pool import PoolTimeout
 
         from loader.db.connect import privilege_error
 
+        names = self._collections(collections)
         try:
             with self.pool.connection(timeout=self.wait_timeout) as conn:
-                yield conn
+                if not names:
+                    yield conn
+                    return
+                conn.execute(queries.SET_SESSION_COLLECTIONS, (",".join(names),))
+                try:
+                    yield conn
+                finally:  # back to the served collections before the pool lends it again
+                    served = ",".join(self.settings.collection_names())
+                    conn.execute(queries.SET_SESSION_COLLECTIONS, (served,))
         except PoolTimeout:
             raise Unavailable(
                 f"the database did not answer within {self.wait_timeout:g} s",
@@ -239,6 +286,7 @@ class KnowledgeService:
         metadata: Mapping[str, Any] | None = None,
         min_similarity: float | None = None,
         document_ids: Sequence[str] | None = None,
+        collections: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """The best chunks for ``query`` (kb.hybrid_search, kb.vector_search, kb.keyword_search)."""
         from loader.search import MODES, search
@@ -261,7 +309,7 @@ class KnowledgeService:
             raise BadRequest("document_ids may name at most 100 documents")
         settings = self.settings.replace(min_similarity=min_similarity)
         embedding = None if mode == "keyword" else self.embed_query(text)
-        with self.connection() as conn:
+        with self.connection(collections) as conn:
             try:
                 hits = search(
                     conn,
@@ -280,14 +328,20 @@ class KnowledgeService:
                 raise BadRequest(exc.message, hint=exc.hint) from None
         return {"query": text, "mode": mode, "results": [h.to_dict() for h in hits]}
 
-    def ask(self, question: str, *, category: str | None = None) -> dict[str, Any]:
+    def ask(
+        self,
+        question: str,
+        *,
+        category: str | None = None,
+        collections: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
         """The cited answer (or "I don't know"), as ``pgkb ask --json`` prints it; without a chat
         model the answer is the cited passages."""
         from loader.answer.single import answer_question
 
         text = _text("question", question)
         scope = self._scope(category)
-        with self.connection() as conn:
+        with self.connection(collections) as conn:
             answer = answer_question(
                 conn, self.settings, text, embedder=self, client=self.chat, category=scope
             )
@@ -309,6 +363,7 @@ class KnowledgeService:
         chunk_end: int | None = None,
         max_tokens: int | None = None,
         category: str | None = None,
+        collections: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """A document (named by id, source, or the end of its source) or a chunk range of it;
         what does not fit ``max_tokens`` comes back as its outline (kb.read_document)."""
@@ -316,7 +371,7 @@ class KnowledgeService:
 
         budget = _bounded("max_tokens", max_tokens, MIN_READ_TOKENS, MAX_READ_TOKENS, READ_TOKENS)
         scope = self._scope(category)
-        with self.connection() as conn:
+        with self.connection(collections) as conn:
             doc_id = self._document_id(conn, document, scope)
             tools = Toolbox(conn, self.settings, self, category=scope)
             args = {"document_id": doc_id, "chunk_start": chunk_start, "chunk_end": chunk_end}
@@ -332,6 +387,7 @@ class KnowledgeService:
         before: int | None = None,
         after: int | None = None,
         category: str | None = None,
+        collections: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """The chunk with up to ``before``/``after`` chunks around it in its document
         (kb.neighbor_chunks, the document checked against the scope in SQL)."""
@@ -343,7 +399,7 @@ class KnowledgeService:
             "after": _bounded("after", after, 0, MAX_NEIGHBOURS, 1),
             "filters": json.dumps(self._filters(scope)),
         }
-        with self.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self.connection(collections) as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(queries.NEIGHBOR_CHUNKS_IN_SCOPE, params).fetchall()
         if not rows:
             raise BadRequest(
@@ -376,6 +432,7 @@ class KnowledgeService:
         relation_types: Sequence[str] | None = None,
         limit: int | None = None,
         category: str | None = None,
+        collections: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """Documents around a document, matching a query, or the most connected ones
         (kb.explore_graph within the scope)."""
@@ -390,7 +447,7 @@ class KnowledgeService:
             args["relation_types"] = list(relation_types)
         if query is not None:
             args["query"] = _text("query", query)
-        with self.connection() as conn:
+        with self.connection(collections) as conn:
             if document is not None:
                 args["document_id"] = self._document_id(conn, document, scope)
             tools = Toolbox(conn, self.settings, self, category=scope)
@@ -400,7 +457,11 @@ class KnowledgeService:
                 raise BadRequest(str(exc)) from None
 
     def list_documents(
-        self, *, limit: int | None = None, category: str | None = None
+        self,
+        *,
+        limit: int | None = None,
+        category: str | None = None,
+        collections: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """The catalogue: each document's id, title, source, type, summary, key entities and
         counts (kb.document_list within the scope), by title."""
@@ -408,7 +469,7 @@ class KnowledgeService:
 
         count = _bounded("limit", limit, 1, MAX_LIST_LIMIT, LIST_LIMIT)
         scope = self._scope(category)
-        with self.connection() as conn:
+        with self.connection(collections) as conn:
             rows = list_documents(conn, scope, count + 1)
         documents = [
             {**{k: v for k, v in row.items() if k != "id"}, "document_id": row["id"],
@@ -435,6 +496,7 @@ class KnowledgeService:
             "model_loaded": True,
             "schema_revision": self.schema_revision,
             "category": self.category,
+            "collections": list(self.settings.collection_names()),
         }
         if detail:
             status["detail"] = detail
