@@ -18,7 +18,8 @@
 --                 looks like an identifier (with '_', or with both letters and digits: 40P01,
 --                 pg_dump); kb.keyword_search then ranks the strict_query matches first.
 --                 Natural-language questions without either are ranked by score alone.
--- The text is cut to its first 20,000 characters (a query is not a document).
+-- The text is cut to its first 20,000 characters (a query is not a document), and a run of two
+-- or more dashes (with or without spaces between them) is read as a space.
 CREATE OR REPLACE FUNCTION kb.search_query(
     query_text text,
     OUT strict_query tsquery,
@@ -35,7 +36,12 @@ SET search_path = pg_catalog, pg_temp
 SET client_min_messages = warning
 AS $$
 BEGIN
-    strict_query := websearch_to_tsquery('english'::regconfig, left(coalesce(query_text, ''), 20000));
+    -- a run of dashes ("-----" under psql output, "- - -") would be read as that many nested
+    -- NOTs, and 32 of them overflow websearch_to_tsquery's stack ("tsquery stack too small"):
+    -- a run of two or more becomes a space (as many NOTs cancel out or negate nothing)
+    strict_query := websearch_to_tsquery(
+        'english'::regconfig,
+        regexp_replace(left(coalesce(query_text, ''), 20000), '-[-[:space:]]*-', ' ', 'g'));
     SELECT (array_agg(w.word ORDER BY w.first_seen) FILTER (WHERE w.word ~ '[A-Za-z0-9]_[A-Za-z0-9]'))[1:16],
            coalesce(bool_or(true), false)
       INTO identifiers, strict_first
@@ -76,4 +82,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.search_query(text) IS
-'Parses search text (never raises): websearch_to_tsquery strict query, OR-of-lexemes query, the positive lexemes (max 64), the negated ones as a query and an array, underscore identifiers as written, and whether strict matches go first.';
+'Parses search text (never raises; a run of dashes reads as a space): websearch_to_tsquery strict query, OR-of-lexemes query, the positive lexemes (max 64), the negated ones as a query and an array, underscore identifiers as written, and whether strict matches go first.';

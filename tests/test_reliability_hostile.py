@@ -46,8 +46,17 @@ NASTY = [
     "'\"",
     "\u202e\u200b\ufeff",
     "\U0001f600 \u00e9 \u4e2d\u6587",
+    # psql's output pasted into a search: a run of dashes once parsed as 40 nested NOTs
+    "SELECT ARRAY[1,2] FROM arr; array ------------------------------------------ {1,2}",
+    "a " + "- " * 200,
+    "vacuum " + "-" * 5000 + " memory",
 ]
-nasty_text = st.one_of(st.sampled_from(NASTY), st.text(max_size=300))
+# search syntax in any arrangement: quotes, or, negation, parentheses, operators of tsquery
+operator_soup = st.lists(
+    st.sampled_from(["-", "--", " ", '"', "or", "OR", "(", ")", "!", "&", "|", ":*", "vacuum"]),
+    max_size=120,
+).map("".join)
+nasty_text = st.one_of(st.sampled_from(NASTY), st.text(max_size=300), operator_soup)
 no_nul_text = nasty_text.map(lambda s: s.replace("\x00", ""))
 
 
