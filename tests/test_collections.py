@@ -209,6 +209,10 @@ def test_grant_grants_and_revoke_from_the_command_line(kb: Kb) -> None:
     hits = _json(kb.run("search", "readme policy index", "--mode", "keyword", "--json",
                         url=kb.reader_url))  # fmt: skip
     assert hits and all(h["title"] in ("HR readme", "Parental leave") for h in hits)
+    # db status counts what the reader may read; model coverage would count the others
+    status = _json(kb.run("db", "status", "--json", url=kb.reader_url))
+    hr_docs = next(c["documents"] for c in as_reader if c["name"] == "hr")
+    assert status["documents"] == hr_docs and status["embeddings"] is None, status
     asked = kb.run("search", "readme", "--mode", "keyword", "--collection", "eng",
                    url=kb.reader_url)  # fmt: skip
     assert asked.exit_code == 2 and "no collection 'eng'" in asked.stderr

@@ -50,8 +50,12 @@ def _counts(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     row = conn.execute(queries.KB_STATS, (0,)).fetchone()
     stats: dict[str, Any] = row[0] if row is not None and isinstance(row[0], dict) else {}
     active = stats.get("active_model") or None
-    embeddings = sum(
-        int(m.get("embeddings") or 0) for m in stats.get("models") or () if m.get("is_active")
+    # a reader granted only some collections gets no model coverage (it counts the others)
+    models = stats.get("models") or []
+    embeddings = (
+        sum(int(m.get("embeddings") or 0) for m in models if m.get("is_active"))
+        if models
+        else None
     )
     return {
         "documents": stats.get("documents"),
