@@ -98,7 +98,7 @@ def _load(conn: psycopg.Connection[Any]) -> list[int]:
     for i, (uri, heading, content) in enumerate(CHUNKS):
         doc = conn.execute(
             "INSERT INTO kb.documents (source_uri, title, content_sha) VALUES (%s, %s, 'x') "
-            "ON CONFLICT (source_uri) DO UPDATE SET title = excluded.title RETURNING id",
+            "ON CONFLICT (collection, source_uri) DO UPDATE SET title = excluded.title RETURNING id",
             (uri, uri),
         ).fetchone()
         assert doc is not None
