@@ -21,7 +21,7 @@
 -- as 40P01 or work_mem), so those queries lean on the keyword leg. For a plain question
 --     w_k = keyword_weight * share ^ keyword_confidence
 -- where share is the keyword leg's own evidence: the share of the query's IDF mass (BM25 IDF of
--- each positive lexeme, as kb.query_terms computes it) that its best chunk contains. When that
+-- each positive lexeme from kb.term_stats, as the keyword leg ranks) that its best chunk contains. When that
 -- chunk holds all the query's rare words the leg weighs in fully (1.5 against the vector leg's
 -- 2 by default); when it matched only common words (a paraphrase whose key words the corpus
 -- writes otherwise, or a word the corpus never uses) the leg steps back quickly (the square of
@@ -146,10 +146,17 @@ BEGIN
           FROM kb.keyword_search(query_text, keyword_candidates, filters, document_ids,
                                  keyword_ranking) AS ks
     ),
+    -- BM25 IDF of the query's positive lexemes from the database's statistics, the ones the
+    -- keyword leg ranks with (for a reader granted some collections too: counting them in its
+    -- collections, as kb.query_terms does for the abstention gate, reads every chunk of them)
     terms AS (
-        SELECT qt.lexeme, qt.idf
-          FROM kb.search_query(query_text) AS sq, kb.query_terms(query_text) AS qt
-         WHERE qt.lexeme = ANY (sq.lexemes)
+        SELECT l.lexeme,
+               ln(1 + (n.n - coalesce(ts.df, 0) + 0.5) / (coalesce(ts.df, 0) + 0.5)) AS idf
+          FROM kb.search_query(query_text) AS sq
+         CROSS JOIN LATERAL unnest(sq.lexemes) AS l(lexeme)
+         CROSS JOIN (SELECT greatest(cs.chunk_count, 1)::double precision AS n
+                       FROM kb.corpus_stats cs) AS n
+          LEFT JOIN kb.term_stats ts ON ts.lexeme = l.lexeme
     ),
     -- the keyword leg's evidence: the IDF share of the query's lexemes its best chunk holds
     share AS (

@@ -361,6 +361,36 @@ def test_abstention_signals_do_not_tell_whether_a_word_is_in_another_collection(
     assert (lexeme, df) == ("polici", 4) and got == pytest.approx(idf)
 
 
+def test_the_readers_term_counts_equal_a_direct_count_either_way_they_are_taken(
+    two_kbs: TwoKbs, reader: psycopg.Connection[Any]
+) -> None:
+    """kb.term_df counts a granted reader's chunks through the GIN index (few postings: a rare
+    word) or by reading its collections' chunks (more postings than it has chunks: many common
+    words); both give hr's own counts, and a word only eng holds is 0."""
+    with psycopg.connect(two_kbs.url, autocommit=True) as owner:
+        every = [r[0] for r in _rows(owner, "SELECT lexeme FROM kb.term_stats ORDER BY lexeme")]
+        direct = dict(
+            _rows(
+                owner,
+                "SELECT l.lexeme, count(*)::int FROM kb.chunks c "
+                "JOIN kb.documents d ON d.id = c.document_id, unnest(c.tsv) l "
+                "WHERE d.collection = 'hr' GROUP BY l.lexeme",
+            )
+        )
+        postings = dict(_rows(owner, "SELECT lexeme, df FROM kb.term_stats"))
+        hr_chunks = _rows(
+            owner,
+            "SELECT count(*) FROM kb.chunks c JOIN kb.documents d ON d.id = c.document_id "
+            "WHERE d.collection = 'hr'",
+        )[0][0]
+    assert sum(postings.values()) > hr_chunks  # every lexeme at once: the scan way
+    rare = min(every, key=lambda x: (postings[x], x))
+    assert postings[rare] < hr_chunks  # one rare lexeme: the index way
+    for asked in (every, [rare], [*every[:3], "nosuchlexeme"]):
+        got = dict(_rows(reader, "SELECT lexeme, df FROM kb.term_df(%s)", (asked,)))
+        assert got == {x: direct.get(x, 0) for x in asked}, asked
+
+
 def test_row_level_security_holds_if_the_role_is_ever_given_the_tables(
     two_kbs: TwoKbs, reader: psycopg.Connection[Any]
 ) -> None:
