@@ -64,15 +64,18 @@ def _portable(path: str) -> str:
 
 
 def _env_prefix(parameters: dict[str, Any]) -> str:
-    """``PGKB_X=value `` for every recorded parameter that differs from its default."""
+    """``PGKB_X=value `` for every recorded parameter that differs from its default (the
+    defaults as a run records them: the input limit and chunk size the default model makes)."""
+    from loader.evaluation.harness import parameters as recorded_defaults
     from loader.settings import Settings
 
-    defaults = Settings()
+    settings = Settings()
+    defaults = recorded_defaults(settings)
     parts = []
     for name, value in parameters.items():
-        if not hasattr(defaults, name):
+        if not hasattr(settings, name):
             continue
-        if value != getattr(defaults, name) and value is not None:
+        if value != defaults.get(name, getattr(settings, name)) and value is not None:
             parts.append(f"PGKB_{name.upper()}={value}")
     return "".join(part + " " for part in parts)
 
@@ -114,6 +117,17 @@ def set_names(report: dict[str, Any]) -> tuple[str, str | None]:
     return main, _slug(Path(holdout["questions_file"]).stem)
 
 
+def _beir_options(report: dict[str, Any]) -> str:
+    """``--qrels`` when the judgements are not the dataset's own, ``--set`` when named."""
+    options = ""
+    qrels = report.get("qrels")
+    if qrels and Path(str(qrels)).resolve().parent != Path(str(report["path"])).resolve():
+        options += f" --qrels {_portable(str(qrels))}"
+    if report.get("set"):
+        options += f" --set {report['set']}"
+    return options
+
+
 def report_sets(report: dict[str, Any], command: str | None = None) -> dict[str, dict[str, Any]]:
     """The baseline entries of every set an eval report covers, by set name."""
     k, parameters = report["k"], report["parameters"]
@@ -125,7 +139,9 @@ def report_sets(report: dict[str, Any], command: str | None = None) -> dict[str,
         out[main] = {
             "kind": "beir",
             "recorded": today,
-            "command": command or f"{prefix}pgkb eval --beir {report['path']} --record-baseline",
+            "command": command
+            or f"{prefix}pgkb eval --beir {report['path']}"
+            f"{_beir_options(report)} --record-baseline",
             "dataset": report["dataset"],
             "qrels": report["qrels"],
             "documents": report["documents"],
