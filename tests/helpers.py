@@ -169,6 +169,30 @@ class HandEmbedder:
         return vector
 
 
+def load_chunks(conn: psycopg.Connection[Any], chunks: Sequence[tuple[str, str, str]]) -> list[int]:
+    """Insert ``(source_uri, heading, content)`` chunks (documents made on first use, in the
+    default collection), commit, and return the chunk ids in order: a corpus for tests of the
+    abstention signals, which need text and term statistics but no vectors."""
+    ids = []
+    for i, (uri, heading, content) in enumerate(chunks):
+        doc = conn.execute(
+            "INSERT INTO kb.documents (source_uri, title, content_sha) VALUES (%s, %s, 'x') "
+            "ON CONFLICT (collection, source_uri) DO UPDATE SET title = excluded.title "
+            "RETURNING id",
+            (uri, uri),
+        ).fetchone()
+        assert doc is not None
+        row = conn.execute(
+            "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha,"
+            " token_count) VALUES (%s, %s, %s, %s, 'x', 10) RETURNING id",
+            (doc[0], i, heading, content),
+        ).fetchone()
+        assert row is not None
+        ids.append(int(row[0]))
+    conn.commit()
+    return ids
+
+
 def load_corpus(conn: psycopg.Connection[Any], docs: Sequence[Doc] = CORPUS) -> dict[str, str]:
     """Write ``docs`` into the kb tables; returns {title: document id}."""
     conn.execute("SELECT kb.register_model(%s, 4, 'test')", (MODEL,))

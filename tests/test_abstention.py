@@ -35,7 +35,7 @@ from loader.answer.abstention.profile import (
 )
 from loader.errors import ConfigError
 from loader.settings import Settings
-from tests.helpers import LONG_CHUNKS, MODEL, Doc, load_corpus
+from tests.helpers import LONG_CHUNKS, MODEL, Doc, load_chunks, load_corpus
 
 CHUNKS = [
     ("vacuum.html", "Routine Vacuuming", "VACUUM reclaims storage occupied by dead tuples."),
@@ -51,24 +51,7 @@ CHUNKS = [
 
 
 def _load(conn: psycopg.Connection[Any]) -> list[int]:
-    ids = []
-    for i, (uri, heading, content) in enumerate(CHUNKS):
-        doc = conn.execute(
-            "INSERT INTO kb.documents (source_uri, title, content_sha) VALUES (%s, %s, 'x') "
-            "ON CONFLICT (collection, source_uri) DO UPDATE SET title = excluded.title "
-            "RETURNING id",
-            (uri, uri),
-        ).fetchone()
-        assert doc is not None
-        row = conn.execute(
-            "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha,"
-            " token_count) VALUES (%s, %s, %s, %s, 'x', 10) RETURNING id",
-            (doc[0], i, heading, content),
-        ).fetchone()
-        assert row is not None
-        ids.append(int(row[0]))
-    conn.commit()
-    return ids
+    return load_chunks(conn, CHUNKS)
 
 
 def _hit(chunk_id: int, score: float, sim: float | None, vrank: int | None, krank: int | None):

@@ -26,7 +26,7 @@ from loader.answer.abstention.focus import (
 from loader.answer.prompt import IDK
 from loader.cli import cli
 from loader.settings import Settings
-from tests.helpers import create_database, drop_database
+from tests.helpers import create_database, drop_database, load_chunks
 
 # --- pure parts ---------------------------------------------------------------------------
 
@@ -94,23 +94,7 @@ CHUNKS = [
 
 
 def _load(conn: psycopg.Connection[Any]) -> list[int]:
-    ids = []
-    for i, (uri, heading, content) in enumerate(CHUNKS):
-        doc = conn.execute(
-            "INSERT INTO kb.documents (source_uri, title, content_sha) VALUES (%s, %s, 'x') "
-            "ON CONFLICT (collection, source_uri) DO UPDATE SET title = excluded.title RETURNING id",
-            (uri, uri),
-        ).fetchone()
-        assert doc is not None
-        row = conn.execute(
-            "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha,"
-            " token_count) VALUES (%s, %s, %s, %s, 'x', 10) RETURNING id",
-            (doc[0], i, heading, content),
-        ).fetchone()
-        assert row is not None
-        ids.append(int(row[0]))
-    conn.commit()
-    return ids
+    return load_chunks(conn, CHUNKS)
 
 
 def _hit(chunk_id: int, heading: str, content: str) -> dict[str, Any]:
