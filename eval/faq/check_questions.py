@@ -28,8 +28,8 @@ def _load_handbook_checker() -> Any:
     spec = importlib.util.spec_from_file_location("handbook_check_questions", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"cannot load the handbook question checker at {path}")
-    module = importlib.util.module_from_spec(spec)  # attributes used: checker, markdown_text,
-    spec.loader.exec_module(module)  # evidence_in
+    module = importlib.util.module_from_spec(spec)  # attribute used: check_folder
+    spec.loader.exec_module(module)
     return module
 
 
@@ -37,29 +37,7 @@ handbook = _load_handbook_checker()
 
 
 def main(argv: list[str]) -> int:
-    corpus = (Path(argv[1]) if len(argv) > 1 else DEFAULT_CORPUS).resolve()
-    if not corpus.is_dir():
-        print(
-            f"corpus folder {corpus} does not exist: pass the help centre's corpus folder",
-            file=sys.stderr,
-        )
-        return 2
-    files = sorted(HERE.glob("questions-*.json"))
-    if not files:
-        print(f"no questions-*.json files in {HERE}", file=sys.stderr)
-        return 2
-    checker = handbook.checker
-    checker.visible_text = handbook.markdown_text
-    checker.evidence_in = handbook.evidence_in
-    seen: dict[str, str] = {}
-    cache: dict[str, str] = {}
-    problems: list[str] = []
-    for path in files:
-        problems += checker.check_file(path, corpus, seen, cache)
-    for p in problems:
-        print(f"PROBLEM {p}", file=sys.stderr)
-    print(f"{len(seen)} questions in {len(files)} file(s), {len(problems)} problem(s)")
-    return 1 if problems else 0
+    return int(handbook.check_folder(argv, HERE, DEFAULT_CORPUS, "the help centre's"))
 
 
 if __name__ == "__main__":

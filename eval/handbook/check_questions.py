@@ -65,16 +65,23 @@ def evidence_in(evidence: str, page: str) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    corpus = (Path(argv[1]) if len(argv) > 1 else DEFAULT_CORPUS).resolve()
+    return check_folder(argv, HERE, DEFAULT_CORPUS, "the handbook's")
+
+
+def check_folder(argv: list[str], here: Path, default_corpus: Path, whose: str) -> int:
+    """Check every questions-*.json in ``here`` against a Markdown corpus (``argv[1]``, else
+    ``default_corpus``); ``whose`` names the corpus in the error for a missing folder. The
+    help centre's checker calls this too."""
+    corpus = (Path(argv[1]) if len(argv) > 1 else default_corpus).resolve()
     if not corpus.is_dir():
         print(
-            f"corpus folder {corpus} does not exist: pass the handbook's corpus folder",
+            f"corpus folder {corpus} does not exist: pass {whose} corpus folder",
             file=sys.stderr,
         )
         return 2
-    files = sorted(HERE.glob("questions-*.json"))
+    files = sorted(here.glob("questions-*.json"))
     if not files:
-        print(f"no questions-*.json files in {HERE}", file=sys.stderr)
+        print(f"no questions-*.json files in {here}", file=sys.stderr)
         return 2
     checker.visible_text = markdown_text
     checker.evidence_in = evidence_in
