@@ -31,19 +31,25 @@
 --   a. the GIN index for the rarest lexemes, rarest first while their postings together fit
 --      max_postings (sum of their df); the rarest lexeme also when it alone exceeds
 --      max_postings but is held by at most 1,000 chunks;
---   b. for every other lexeme held by more than 1,000 chunks (a common word), its best postings
---      in impact order: what is left of max_postings after (a), shared equally among these
---      lexemes, and at least match_count each,
---      read from kb.term_postings (kb.term_impacts: the BM25 term-frequency part, so a common
---      word's list starts with the chunks it scores highest in); with category, metadata or
---      source filters, its best postings among the documents that pass them;
+--   b. for the other lexemes held by more than 1,000 chunks (common words), what is left of
+--      max_postings after (a) (at least match_count) goes to their postings that weigh most in
+--      BM25: each common word's list in kb.term_postings is in impact order (kb.term_impacts: the
+--      BM25 term-frequency part, so it starts with the chunks the word scores highest in), and
+--      the lists are merged by idf * impact, so a rarer common word, worth more per posting,
+--      brings more candidates than a very common one; each list is read to at most four equal
+--      shares of the budget (every list in full to the budget when there are at most four),
+--      so the postings read stay within four times the budget however many common words the
+--      query holds; with category, metadata, source or collection filters, the best postings
+--      among the documents that pass them;
 --   with document_ids, the chunks of those documents holding any query lexeme instead (work
 --   bounded by those documents' size).
 -- The remaining lexemes (too common for the budget, too rare for a list) generate nothing but
--- count in every candidate's score. So the postings read are at most max_postings (or the
--- rarest lexeme's 1,000) + match_count per common word, however common the words: 'chapter' or
--- 'data table function' cost what a rare word costs. Scores are exact BM25 over each candidate; a chunk is missed only when it is
--- below the cut of each common list it is on and holds no rarer query word.
+-- count in every candidate's score. So the candidates scored are at most max_postings (or the
+-- rarest lexeme's 1,000) + match_count, however common the words: 'chapter' or 'data table
+-- function' cost what a rare word costs. Scores are exact BM25 over each candidate (every
+-- candidate's matching lexemes scored in one flat join); a chunk is missed only when none of its
+-- postings of the common words weighs enough to enter the budget and it holds no rarer query
+-- word.
 -- max_postings is clamped to 100,000 (NULL or larger values act as 100,000: on a corpus whose
 -- lexemes are each held by fewer chunks, every posting is read, the exact BM25 ranking),
 -- match_count to 1,000: a caller cannot ask for unbounded work.
@@ -90,6 +96,7 @@ DECLARE
     listed_ids bigint[];
     gin_postings bigint;
     per_list integer;
+    budget integer;
     all_lexemes text[];
 BEGIN
     IF keyword_ranking IS NULL OR keyword_ranking NOT IN ('bm25', 'ts_rank') THEN
@@ -138,25 +145,32 @@ BEGIN
         candidate_query := q.any_query;  -- the given documents' chunks: bounded by their size
         listed := NULL;
     END IF;
-    per_list := greatest((max_postings - gin_postings) / greatest(cardinality(listed), 1),
-                         match_count);
+    budget := greatest(max_postings - gin_postings, match_count);
+    -- each list read to four equal shares of the budget at most (in full when <= 4 lists)
+    per_list := greatest(least(budget, 4 * budget / greatest(cardinality(listed), 1)), match_count);
     IF listed IS NOT NULL THEN
-        -- each common lexeme's best postings (impact order, index only), passing the filters
-        SELECT array_agg(p.chunk_id) INTO listed_ids
-          FROM unnest(listed) AS l(lexeme)
-          CROSS JOIN LATERAL (
-              SELECT tp.chunk_id
-                FROM kb.term_postings tp
-               WHERE tp.lexeme = l.lexeme
-                 AND (NOT filtered OR EXISTS (
-                         SELECT 1 FROM kb.chunks c JOIN kb.documents d ON d.id = c.document_id
-                          WHERE c.id = tp.chunk_id
-                            AND (f.category IS NULL OR d.category = ANY (f.category))
-                            AND (f.metadata IS NULL OR d.metadata @> f.metadata)
-                            AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
-                            AND (f.collections IS NULL OR d.collection = ANY (f.collections))))
-               ORDER BY tp.impact DESC, tp.chunk_id DESC
-               LIMIT per_list) p;
+        -- the common lexemes' best postings (impact order, index only), passing the filters,
+        -- merged by their BM25 weight (idf * impact): the budget's heaviest postings
+        SELECT array_agg(DISTINCT p.chunk_id) INTO listed_ids
+          FROM (SELECT tp.chunk_id
+                  FROM unnest(listed) AS l(lexeme)
+                  JOIN kb.term_stats ts ON ts.lexeme = l.lexeme
+                 CROSS JOIN LATERAL (
+                      SELECT tp.chunk_id, tp.impact
+                        FROM kb.term_postings tp
+                       WHERE tp.lexeme = l.lexeme
+                         AND (NOT filtered OR EXISTS (
+                                 SELECT 1 FROM kb.chunks c JOIN kb.documents d ON d.id = c.document_id
+                                  WHERE c.id = tp.chunk_id
+                                    AND (f.category IS NULL OR d.category = ANY (f.category))
+                                    AND (f.metadata IS NULL OR d.metadata @> f.metadata)
+                                    AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+                                    AND (f.collections IS NULL OR d.collection = ANY (f.collections))))
+                       ORDER BY tp.impact DESC, tp.chunk_id DESC
+                       LIMIT per_list) tp
+                 ORDER BY tp.impact * ln(1 + (n_chunks - ts.df + 0.5) / (ts.df + 0.5)) DESC,
+                          tp.chunk_id DESC
+                 LIMIT budget) p;
     END IF;
     IF use_bm25 THEN
         -- average chunk length in distinct lexemes: sum of df over all lexemes = sum of length(tsv)
@@ -181,7 +195,8 @@ BEGIN
                CASE WHEN use_bm25 AND heading_weight <> 1
                     THEN ts_filter(setweight(ts_filter(c.tsv, '{a}'), 'B', q.lexemes), '{b}') END AS heading_hits,
                CASE WHEN NOT use_bm25 THEN ts_rank(c.tsv, q.any_query)::double precision END AS plain_rank,
-               c.heading_path, c.content
+               CASE WHEN q.identifiers IS NOT NULL THEN c.heading_path END AS heading_path,
+               CASE WHEN q.identifiers IS NOT NULL THEN c.content END AS content
           FROM kb.chunks c
          WHERE (c.tsv @@ candidate_query OR c.id = ANY (listed_ids))
            AND (document_ids IS NULL OR c.document_id = ANY (document_ids))
@@ -193,6 +208,34 @@ BEGIN
                       AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
                       AND (f.collections IS NULL OR d.collection = ANY (f.collections))))
     ),
+    kept AS (
+        SELECT m.* FROM matched m
+         WHERE q.excluded IS NULL OR NOT m.hits @@ q.excluded
+    ),
+    -- every candidate's hits as rows (one set-returning call per candidate, no subquery per
+    -- candidate): the occurrences of each query lexeme in the chunk, and in its heading path
+    hit_rows AS (
+        SELECT h.id, h.dl, (h.hit).lexeme,
+               coalesce(array_length((h.hit).positions, 1), 1)::double precision AS occurrences
+          FROM (SELECT k.id, k.dl, unnest(k.hits) AS hit FROM kept k WHERE use_bm25) h
+    ),
+    heading_rows AS (
+        SELECT h.id, (h.hit).lexeme,
+               coalesce(array_length((h.hit).positions, 1), 0)::double precision AS occurrences
+          FROM (SELECT k.id, unnest(k.heading_hits) AS hit FROM kept k
+                 WHERE k.heading_hits IS NOT NULL) h
+    ),
+    bm25 AS (
+        SELECT x.id,
+               sum(t.idf * x.tf * (bm25_k1 + 1)
+                   / (x.tf + bm25_k1 * (1 - bm25_b + bm25_b * x.dl / avgdl))) AS score
+          FROM (SELECT r.id, r.dl, r.lexeme,
+                       r.occurrences + (heading_weight - 1) * coalesce(hr.occurrences, 0) AS tf
+                  FROM hit_rows r
+                  LEFT JOIN heading_rows hr ON hr.id = r.id AND hr.lexeme = r.lexeme) x
+          JOIN terms t ON t.lexeme = x.lexeme
+         GROUP BY x.id
+    ),
     scored AS (
         SELECT m.id,
                (q.strict_query IS NOT NULL AND m.hits @@ q.strict_query) AS strict,
@@ -200,21 +243,9 @@ BEGIN
                     SELECT 1 FROM unnest(q.identifiers) AS i
                      WHERE NOT (m.heading_path ~* ('\m' || i || '\M')
                                 OR m.content ~* ('\m' || i || '\M')))) AS exact,
-               CASE WHEN use_bm25 THEN (
-                   SELECT coalesce(sum(t.idf * x.tf * (bm25_k1 + 1)
-                                       / (x.tf + bm25_k1 * (1 - bm25_b + bm25_b * m.dl / avgdl))), 0)
-                     FROM (SELECT a.lexeme,
-                                  coalesce(array_length(a.positions, 1), 1)
-                                    + (heading_weight - 1) * coalesce((
-                                          SELECT array_length(h.positions, 1)
-                                            FROM unnest(m.heading_hits) AS h
-                                           WHERE h.lexeme = a.lexeme), 0) AS tf
-                             FROM unnest(m.hits) AS a) x
-                     JOIN terms t ON t.lexeme = x.lexeme)
-               ELSE m.plain_rank
-               END AS score
-          FROM matched m
-         WHERE q.excluded IS NULL OR NOT m.hits @@ q.excluded
+               CASE WHEN use_bm25 THEN coalesce(b.score, 0) ELSE m.plain_rank END AS score
+          FROM kept m
+          LEFT JOIN bm25 b ON b.id = m.id
     ),
     ranked AS (
         SELECT s.id, s.score, s.strict,

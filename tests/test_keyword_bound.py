@@ -99,6 +99,43 @@ def test_a_common_word_reads_its_list_with_the_exact_ranking(
     assert none == (0,)
 
 
+def test_the_budget_goes_to_the_postings_that_weigh_most(conn: psycopg.Connection[Any]) -> None:
+    """Three common words, one in every chunk (an IDF near zero): the budget goes to the postings
+    of the two that weigh, so the ten chunks holding both (each list's 41st to 50th best) are
+    found; an equal split (a third of the budget per list) stopped at each list's 33rd."""
+    filler = "golf hotel india juliet kilo lima"
+    texts = (
+        ["chapter " * 5] * 40  # 'chapter''s best postings
+        + ["alpha alpha alpha chapter"] * 40  # 'alpha''s best: one word, three times
+        + ["bravo bravo bravo chapter"] * 40
+        + ["alpha alpha bravo bravo chapter"] * 10  # both words, twice: the best chunks
+        + ["alpha chapter"] * 1100
+        + ["bravo chapter"] * 1100
+        + ["chapter"] * 2670
+    )
+    doc = uuid.uuid4()
+    conn.execute(
+        "INSERT INTO kb.documents (id, source_uri, title, content_sha) "
+        "VALUES (%s, 'mem://w', 't', 'x')",
+        (doc,),
+    )
+    with conn.cursor().copy(
+        "COPY kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
+        "token_count) FROM STDIN"
+    ) as copy:
+        for i, text in enumerate(texts):
+            copy.write_row((doc, i, "", f"{text} {filler}", f"s{i}", 10))
+    conn.commit()
+    both = set(range(120, 130))
+    for budget in (100, None):
+        top = conn.execute(
+            "SELECT c.chunk_index FROM kb.keyword_search('alpha bravo chapter', 10, "
+            "max_postings => %s) k JOIN kb.chunks c ON c.id = k.chunk_id",
+            (budget,),
+        ).fetchall()
+        assert {r[0] for r in top} == both, budget
+
+
 def test_many_lexemes_passing_at_once_are_listed_by_one_pass(
     conn: psycopg.Connection[Any],
 ) -> None:
