@@ -32,24 +32,25 @@
 --      max_postings (sum of their df); the rarest lexeme also when it alone exceeds
 --      max_postings but is held by at most 1,000 chunks;
 --   b. for the other lexemes held by more than 1,000 chunks (common words), what is left of
---      max_postings after (a) (at least match_count) goes to their postings that weigh most in
---      BM25: each common word's list in kb.term_postings is in impact order (kb.term_impacts: the
---      BM25 term-frequency part, so it starts with the chunks the word scores highest in), and
---      the lists are merged by idf * impact, so a rarer common word, worth more per posting,
---      brings more candidates than a very common one; each list is read to at most four equal
---      shares of the budget (every list in full to the budget when there are at most four),
---      so the postings read stay within four times the budget however many common words the
---      query holds; with category, metadata, source or collection filters, the best postings
---      among the documents that pass them;
+--      max_postings after (a) (at least match_count) goes to the chunks their postings weigh
+--      most for in BM25: each common word's list in kb.term_postings is in impact order
+--      (kb.term_impacts: the BM25 term-frequency part, so it starts with the chunks the word
+--      scores highest in); each list's best postings are read, to four equal shares of the
+--      budget at most (each list to the whole budget when there are at most four), so the
+--      postings read stay within four times the budget however many common words the query
+--      holds; a chunk's weight is the sum of idf * impact over the lists it was read in, so a
+--      chunk holding several of the words, or a rarer one (worth more per posting), comes before
+--      one holding a single very common word; with category, metadata, source or collection
+--      filters, the best postings among the documents that pass them;
 --   with document_ids, the chunks of those documents holding any query lexeme instead (work
 --   bounded by those documents' size).
 -- The remaining lexemes (too common for the budget, too rare for a list) generate nothing but
 -- count in every candidate's score. So the candidates scored are at most max_postings (or the
 -- rarest lexeme's 1,000) + match_count, however common the words: 'chapter' or 'data table
 -- function' cost what a rare word costs. Scores are exact BM25 over each candidate (every
--- candidate's matching lexemes scored in one flat join); a chunk is missed only when none of its
--- postings of the common words weighs enough to enter the budget and it holds no rarer query
--- word.
+-- candidate's matching lexemes scored in one flat join); a chunk is missed only when its
+-- postings of the common words read from their lists do not weigh enough to enter the budget and
+-- it holds no rarer query word.
 -- max_postings is clamped to 100,000 (NULL or larger values act as 100,000: on a corpus whose
 -- lexemes are each held by fewer chunks, every posting is read, the exact BM25 ranking),
 -- match_count to 1,000: a caller cannot ask for unbounded work.
@@ -149,9 +150,9 @@ BEGIN
     -- each list read to four equal shares of the budget at most (in full when <= 4 lists)
     per_list := greatest(least(budget, 4 * budget / greatest(cardinality(listed), 1)), match_count);
     IF listed IS NOT NULL THEN
-        -- the common lexemes' best postings (impact order, index only), passing the filters,
-        -- merged by their BM25 weight (idf * impact): the budget's heaviest postings
-        SELECT array_agg(DISTINCT p.chunk_id) INTO listed_ids
+        -- the common lexemes' best postings (impact order, index only), passing the filters;
+        -- the chunks they weigh most for in BM25 (the sum of idf * impact over the lists read)
+        SELECT array_agg(p.chunk_id) INTO listed_ids
           FROM (SELECT tp.chunk_id
                   FROM unnest(listed) AS l(lexeme)
                   JOIN kb.term_stats ts ON ts.lexeme = l.lexeme
@@ -168,7 +169,8 @@ BEGIN
                                     AND (f.collections IS NULL OR d.collection = ANY (f.collections))))
                        ORDER BY tp.impact DESC, tp.chunk_id DESC
                        LIMIT per_list) tp
-                 ORDER BY tp.impact * ln(1 + (n_chunks - ts.df + 0.5) / (ts.df + 0.5)) DESC,
+                 GROUP BY tp.chunk_id
+                 ORDER BY sum(tp.impact * ln(1 + (n_chunks - ts.df + 0.5) / (ts.df + 0.5))) DESC,
                           tp.chunk_id DESC
                  LIMIT budget) p;
     END IF;
