@@ -27,30 +27,32 @@
 --   4. ties by chunk_id.
 -- k1 < 0, b outside [0, 1], heading_weight < 0, or any of them NULL, NaN or infinite raise
 -- (invalid_parameter_value).
--- Work bound, whatever the query: every candidate's tsv is read, so candidates come from
---   a. the GIN index for the rarest lexemes, rarest first while their postings together fit
---      max_postings (sum of their df); the rarest lexeme also when it alone exceeds
---      max_postings but is held by at most 1,000 chunks;
---   b. for the other lexemes held by more than 1,000 chunks (common words), what is left of
---      max_postings after (a) (at least match_count) goes to the chunks their postings weigh
---      most for in BM25: each common word's list in kb.term_postings is in impact order
---      (kb.term_impacts: the BM25 term-frequency part, so it starts with the chunks the word
---      scores highest in); each list's best postings are read, to four equal shares of the
---      budget at most (each list to the whole budget when there are at most four), so the
---      postings read stay within four times the budget however many common words the query
---      holds; a chunk's weight is the sum of idf * impact over the lists it was read in, so a
---      chunk holding several of the words, or a rarer one (worth more per posting), comes before
---      one holding a single very common word; with category, metadata, source or collection
---      filters, the best postings among the documents that pass them;
---   with document_ids, the chunks of those documents holding any query lexeme instead (work
---   bounded by those documents' size).
--- The remaining lexemes (too common for the budget, too rare for a list) generate nothing but
--- count in every candidate's score. So the candidates scored are at most max_postings (or the
--- rarest lexeme's 1,000) + match_count, however common the words: 'chapter' or 'data table
+-- Work bound, whatever the query: reading a candidate's tsv is the cost, so the candidates read
+-- and scored are found without reading any chunk's text:
+--   a. the rarer lexemes (held by at most 1,000 chunks) through the GIN index, rarest first:
+--      while their postings together fit max_postings (and the rarest one in any case), every
+--      chunk holding them is a candidate; the next ones, while they fit four times
+--      max_postings, only weigh in (b)'s choice, each of their chunks getting idf (a typical
+--      impact: one occurrence in a chunk of average length);
+--   b. what is left of max_postings after (a) (at least match_count) goes to the chunks the
+--      query's words weigh most for: for the lexemes held by more than 1,000 chunks (common
+--      words), their best postings from kb.term_postings, where each common word's list is in
+--      impact order (kb.term_impacts: the BM25 term-frequency part, so it starts with the chunks
+--      the word scores highest in), each list read to four equal shares of that budget at most
+--      (to the whole of it when there are at most four common words), so the postings read stay
+--      within four times the budget however many common words the query holds; each posting
+--      gives its chunk idf * impact, and a chunk's weight is the sum over the words it was found
+--      for, so a chunk holding several of the words, or rarer ones, comes before one holding a
+--      single very common word;
+--   with category, metadata, source or collection filters, only chunks of the documents that
+--   pass them; with document_ids, the chunks of those documents holding any query lexeme
+--   instead (work bounded by those documents' size).
+-- The remaining lexemes (too many rare postings for the bound) find nothing but count in every
+-- candidate's score. So the work is bounded however common the words: 'chapter' or 'data table
 -- function' cost what a rare word costs. Scores are exact BM25 over each candidate (every
--- candidate's matching lexemes scored in one flat join); a chunk is missed only when its
--- postings of the common words read from their lists do not weigh enough to enter the budget and
--- it holds no rarer query word.
+-- candidate's matching lexemes scored in one flat join); a chunk is missed only when it holds
+-- no lexeme of (a)'s first part and its weight from the postings read does not place it among
+-- the heaviest.
 -- max_postings is clamped to 100,000 (NULL or larger values act as 100,000: on a corpus whose
 -- lexemes are each held by fewer chunks, every posting is read, the exact BM25 ranking),
 -- match_count to 1,000: a caller cannot ask for unbounded work.
@@ -95,9 +97,11 @@ DECLARE
     candidate_query tsquery;
     listed text[];
     listed_ids bigint[];
-    gin_postings bigint;
     per_list integer;
     budget integer;
+    gin_lexemes text[];
+    whole_lexemes text[];
+    gin_postings bigint;
     all_lexemes text[];
 BEGIN
     IF keyword_ranking IS NULL OR keyword_ranking NOT IN ('bm25', 'ts_rank') THEN
@@ -129,50 +133,70 @@ BEGIN
     filtered := f.category IS NOT NULL OR f.metadata IS NOT NULL OR f.source_pattern IS NOT NULL
                 OR f.collections IS NOT NULL;
     SELECT greatest(s.chunk_count, 1)::double precision INTO n_chunks FROM kb.corpus_stats s;
-    -- the lexemes that generate through the GIN index (a), and the common ones read from their
-    -- impact-ordered lists (b)
-    SELECT string_agg('''' || replace(replace(t.lexeme, '\', '\\'), '''', '''''') || '''', ' | ')
-               FILTER (WHERE t.gin)::tsquery,
-           array_agg(t.lexeme) FILTER (WHERE NOT t.gin AND t.df > 1000),
-           coalesce(sum(t.df) FILTER (WHERE t.gin), 0)
-      INTO candidate_query, listed, gin_postings
-      FROM (SELECT s.lexeme, s.df,
-                   s.running <= max_postings OR (s.running = s.df AND s.df <= 1000) AS gin
+    -- the lexemes read through the GIN index (a): held by at most 1,000 chunks, rarest first,
+    -- four times the budget of postings in all; those within the budget itself (and the rarest
+    -- one) bring all their chunks; the common ones are read from their impact-ordered lists (b)
+    SELECT array_agg(t.lexeme) FILTER (WHERE t.df <= 1000 AND t.df > 0
+                                          AND (t.running <= 4 * max_postings OR t.running = t.df)),
+           array_agg(t.lexeme) FILTER (WHERE t.whole),
+           coalesce(sum(t.df) FILTER (WHERE t.whole), 0),
+           array_agg(t.lexeme) FILTER (WHERE t.df > 1000)
+      INTO gin_lexemes, whole_lexemes, gin_postings, listed
+      FROM (SELECT u.*,
+                   u.df > 0 AND (u.running <= max_postings OR (u.running = u.df AND u.df <= 1000)) AS whole
               FROM (SELECT l.lexeme, coalesce(ts.df, 0) AS df,
                            sum(coalesce(ts.df, 0)) OVER (ORDER BY coalesce(ts.df, 0), l.lexeme) AS running
                       FROM unnest(q.lexemes) AS l(lexeme)
-                      LEFT JOIN kb.term_stats ts ON ts.lexeme = l.lexeme) s) t;
-    IF document_ids IS NOT NULL THEN
-        candidate_query := q.any_query;  -- the given documents' chunks: bounded by their size
-        listed := NULL;
-    END IF;
+                      LEFT JOIN kb.term_stats ts ON ts.lexeme = l.lexeme) u) t;
     budget := greatest(max_postings - gin_postings, match_count);
     -- each list read to four equal shares of the budget at most (in full when <= 4 lists)
     per_list := greatest(least(budget, 4 * budget / greatest(cardinality(listed), 1)), match_count);
-    IF listed IS NOT NULL THEN
-        -- the common lexemes' best postings (impact order, index only), passing the filters;
-        -- the chunks they weigh most for in BM25 (the sum of idf * impact over the lists read)
-        SELECT array_agg(p.chunk_id) INTO listed_ids
-          FROM (SELECT tp.chunk_id
-                  FROM unnest(listed) AS l(lexeme)
-                  JOIN kb.term_stats ts ON ts.lexeme = l.lexeme
-                 CROSS JOIN LATERAL (
-                      SELECT tp.chunk_id, tp.impact
-                        FROM kb.term_postings tp
-                       WHERE tp.lexeme = l.lexeme
-                         AND (NOT filtered OR EXISTS (
-                                 SELECT 1 FROM kb.chunks c JOIN kb.documents d ON d.id = c.document_id
-                                  WHERE c.id = tp.chunk_id
-                                    AND (f.category IS NULL OR d.category = ANY (f.category))
-                                    AND (f.metadata IS NULL OR d.metadata @> f.metadata)
-                                    AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
-                                    AND (f.collections IS NULL OR d.collection = ANY (f.collections))))
-                       ORDER BY tp.impact DESC, tp.chunk_id DESC
-                       LIMIT per_list) tp
-                 GROUP BY tp.chunk_id
-                 ORDER BY sum(tp.impact * ln(1 + (n_chunks - ts.df + 0.5) / (ts.df + 0.5))) DESC,
-                          tp.chunk_id DESC
-                 LIMIT budget) p;
+    IF document_ids IS NULL THEN
+        -- the chunks the query's words weigh most for in BM25, without reading any chunk's
+        -- text: the sum over the words of idf * impact (a common word's postings carry their
+        -- impact) or idf (a rarer word: its typical impact, one occurrence in a chunk of
+        -- average length)
+        SELECT array_agg(p.id) INTO listed_ids
+          FROM (SELECT w.id
+                  FROM (SELECT tp.chunk_id AS id,
+                               tp.impact * ln(1 + (n_chunks - ts.df + 0.5) / (ts.df + 0.5)) AS weight,
+                               false AS whole
+                          FROM unnest(listed) AS l(lexeme)
+                          JOIN kb.term_stats ts ON ts.lexeme = l.lexeme
+                         CROSS JOIN LATERAL (
+                              SELECT tp.chunk_id, tp.impact
+                                FROM kb.term_postings tp
+                               WHERE tp.lexeme = l.lexeme
+                                 AND (NOT filtered OR EXISTS (
+                                         SELECT 1 FROM kb.chunks c JOIN kb.documents d ON d.id = c.document_id
+                                          WHERE c.id = tp.chunk_id
+                                            AND (f.category IS NULL OR d.category = ANY (f.category))
+                                            AND (f.metadata IS NULL OR d.metadata @> f.metadata)
+                                            AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+                                            AND (f.collections IS NULL OR d.collection = ANY (f.collections))))
+                               ORDER BY tp.impact DESC, tp.chunk_id DESC
+                               LIMIT per_list) tp
+                        UNION ALL
+                        SELECT c.id, ln(1 + (n_chunks - ts.df + 0.5) / (ts.df + 0.5)),
+                               g.lexeme = ANY (whole_lexemes)
+                          FROM unnest(gin_lexemes) AS g(lexeme)
+                          JOIN kb.term_stats ts ON ts.lexeme = g.lexeme
+                         CROSS JOIN LATERAL (
+                              SELECT c.id
+                                FROM kb.chunks c
+                               WHERE c.tsv @@ ('''' || replace(replace(g.lexeme, '\', '\\'), '''', '''''') || '''')::tsquery
+                                 AND (NOT filtered OR EXISTS (
+                                         SELECT 1 FROM kb.documents d
+                                          WHERE d.id = c.document_id
+                                            AND (f.category IS NULL OR d.category = ANY (f.category))
+                                            AND (f.metadata IS NULL OR d.metadata @> f.metadata)
+                                            AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)
+                                            AND (f.collections IS NULL OR d.collection = ANY (f.collections))))) c) w
+                 GROUP BY w.id
+                 ORDER BY bool_or(w.whole) DESC, sum(w.weight) DESC, w.id DESC
+                 LIMIT gin_postings + budget) p;
+    ELSE
+        candidate_query := q.any_query;  -- the given documents' chunks: bounded by their size
     END IF;
     IF use_bm25 THEN
         -- average chunk length in distinct lexemes: sum of df over all lexemes = sum of length(tsv)
@@ -190,7 +214,7 @@ BEGIN
     matched AS MATERIALIZED (
         -- one pass over each candidate's tsv: its length in distinct lexemes, and the positions
         -- of the query's lexemes only (marked B, then filtered), in the whole chunk and in the
-        -- heading; candidates through the GIN index (a) or by id from the lists (b): a BitmapOr
+        -- heading; the candidates by id (or, with document_ids, through the GIN index)
         SELECT c.id,
                CASE WHEN use_bm25 THEN length(c.tsv) END AS dl,
                ts_filter(setweight(c.tsv, 'B', all_lexemes), '{b}') AS hits,

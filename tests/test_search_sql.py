@@ -148,7 +148,7 @@ def test_negated_words_exclude_chunks(conn: psycopg.Connection[Any], golden: Cor
     assert [r["chunk_id"] for r in got] == [golden.ids[3]]
 
 
-def test_max_postings_drops_only_the_most_common_words_from_candidates(
+def test_max_postings_bounds_which_words_find_candidates(
     conn: psycopg.Connection[Any], golden: Corpus
 ) -> None:
     # df: 'deadlock' 1 chunk (0), 'memori' 2 chunks (2, 3)
@@ -158,14 +158,21 @@ def test_max_postings_drops_only_the_most_common_words_from_candidates(
         conn, "SELECT chunk_id, score FROM kb.keyword_search(%s, max_postings => NULL)", (query,)
     )
     assert sorted(r["chunk_id"] for r in unbounded) == [c[0], c[2], c[3]]
+    # 'deadlock' fits the bound; 'memori' (1 + 2 postings) fits four times the bound, so its
+    # chunks weigh in for the room left (match_count) and are scored: the exact ranking
     bounded = rows(
-        conn, "SELECT chunk_id, score FROM kb.keyword_search(%s, max_postings => 2)", (query,)
+        conn, "SELECT chunk_id, score FROM kb.keyword_search(%s, max_postings => 1)", (query,)
     )
-    assert [r["chunk_id"] for r in bounded] == [c[0]]  # 1 + 2 postings > 2: 'memori' left out
-    assert bounded[0]["score"] == pytest.approx(
+    assert bounded == unbounded
+    # with no room at all only the rarest word finds candidates, scored exactly
+    rarest = rows(
+        conn, "SELECT chunk_id, score FROM kb.keyword_search(%s, max_postings => 0)", (query,)
+    )
+    assert [r["chunk_id"] for r in rarest] == [c[0]]
+    assert rarest[0]["score"] == pytest.approx(
         next(r["score"] for r in unbounded if r["chunk_id"] == c[0])
     )
-    # the rarest word always generates candidates, even over the bound
+    # the rarest word always finds candidates, even over the bound
     assert [
         r["chunk_id"]
         for r in rows(conn, "SELECT chunk_id FROM kb.keyword_search('memory', max_postings => 1)")
