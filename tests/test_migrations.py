@@ -39,6 +39,21 @@ def test_single_head() -> None:
     assert len(heads) == 1, f"several migration heads: {heads}"
 
 
+def test_the_revision_read_from_the_scripts_is_alembics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands compare the schema with the head read from the scripts' text, without importing
+    Alembic: the same head and revisions Alembic finds; a script that does not read that way
+    sends the question to Alembic."""
+    from loader.db import migrations
+
+    scripts = ScriptDirectory.from_config(alembic_config())
+    assert migrations._revision_graph() is not None
+    assert migrations.head_revision() == scripts.get_heads()[0]
+    assert migrations.known_revisions() == {s.revision for s in scripts.walk_revisions()}
+    monkeypatch.setattr(migrations, "_revision_graph", lambda: None)
+    assert migrations.head_revision() == scripts.get_heads()[0]
+    assert migrations.known_revisions() == {s.revision for s in scripts.walk_revisions()}
+
+
 def test_round_trip_base_head_base_head(empty_db_url: str) -> None:
     migrate(empty_db_url, "head")
     with psycopg.connect(empty_db_url) as conn:

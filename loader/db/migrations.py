@@ -6,10 +6,10 @@ newer pgkb, with a message that says what to run.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from alembic.config import Config
 
 from loader import resources
 from loader.db import queries
@@ -17,9 +17,15 @@ from loader.db.connect import connect, redact
 from loader.errors import DatabaseError
 from loader.settings import Settings
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 
 def alembic_config(settings: Settings | None = None, url: str | None = None) -> Config:
     """An Alembic config pointing at pgkb's scripts wherever pgkb is installed."""
+    from alembic.config import Config  # imported when needed: Alembic and SQLAlchemy take
+
+    # seconds to import, and most commands only compare the schema's revision with the head
     config = Config(str(resources.alembic_ini()))
     config.set_main_option("script_location", str(resources.alembic_dir()))
     if settings is not None:
@@ -48,16 +54,42 @@ def current_revision(conn: psycopg.Connection[Any]) -> str | None:
     return None if row is None else str(row[0])
 
 
-def head_revision() -> str:
-    from alembic.script import ScriptDirectory
+_REVISION = re.compile(r"""^revision\s*=\s*["']([^"']+)["']""", re.M)
+_DOWN_REVISION = re.compile(r"""^down_revision\s*=\s*(None|["']([^"']+)["'])""", re.M)
 
-    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+
+def _revision_graph() -> dict[str, str | None] | None:
+    """Each migration's revision and the one it revises, read from the scripts' text (every
+    pgkb migration names one bare revision and one down_revision), or None when a script does
+    not read that way, and Alembic must be asked."""
+    graph: dict[str, str | None] = {}
+    for path in sorted(resources.alembic_dir().joinpath("versions").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        revision, down = _REVISION.search(text), _DOWN_REVISION.search(text)
+        if revision is None or down is None or revision.group(1) in graph:
+            return None
+        graph[revision.group(1)] = down.group(2)
+    return graph or None
+
+
+def head_revision() -> str:
+    """This pgkb's newest migration: the one no other migration revises."""
+    graph = _revision_graph()
+    if graph is not None:
+        heads = sorted(set(graph) - {down for down in graph.values() if down is not None})
+    else:
+        from alembic.script import ScriptDirectory
+
+        heads = list(ScriptDirectory.from_config(alembic_config()).get_heads())
     if len(heads) != 1:
         raise DatabaseError(f"this pgkb has {len(heads)} migration heads; reinstall pgkb")
     return str(heads[0])
 
 
 def known_revisions() -> set[str]:
+    graph = _revision_graph()
+    if graph is not None:
+        return set(graph)
     from alembic.script import ScriptDirectory
 
     return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
