@@ -29,14 +29,14 @@
 -- (invalid_parameter_value).
 -- Work bound, whatever the query: reading a candidate's tsv is the cost, so the candidates read
 -- and scored are found without reading any chunk's text:
---   a. the rarer lexemes (held by at most 1,000 chunks) through the GIN index, rarest first:
---      while their postings together fit max_postings (and the rarest one in any case), every
---      chunk holding them is a candidate; the next ones, while they fit four times
---      max_postings, only weigh in (b)'s choice, each of their chunks getting idf (a typical
---      impact: one occurrence in a chunk of average length);
+--   a. the rarest lexemes through the GIN index: while their postings together fit
+--      max_postings (and the rarest one when it is held by at most 1,000 chunks), every chunk
+--      holding them is a candidate; the next ones held by at most 1,000 chunks, while they fit
+--      four times max_postings, only weigh in (b)'s choice, each of their chunks getting idf
+--      (a typical impact: one occurrence in a chunk of average length);
 --   b. what is left of max_postings after (a) (at least match_count) goes to the chunks the
---      query's words weigh most for: for the lexemes held by more than 1,000 chunks (common
---      words), their best postings from kb.term_postings, where each common word's list is in
+--      query's words weigh most for: for the other lexemes held by more than 1,000 chunks
+--      (common words), their best postings from kb.term_postings, where each common word's list is in
 --      impact order (kb.term_impacts: the BM25 term-frequency part, so it starts with the chunks
 --      the word scores highest in), each list read to four equal shares of that budget at most
 --      (to the whole of it when there are at most four common words), so the postings read stay
@@ -133,14 +133,15 @@ BEGIN
     filtered := f.category IS NOT NULL OR f.metadata IS NOT NULL OR f.source_pattern IS NOT NULL
                 OR f.collections IS NOT NULL;
     SELECT greatest(s.chunk_count, 1)::double precision INTO n_chunks FROM kb.corpus_stats s;
-    -- the lexemes read through the GIN index (a): held by at most 1,000 chunks, rarest first,
-    -- four times the budget of postings in all; those within the budget itself (and the rarest
-    -- one) bring all their chunks; the common ones are read from their impact-ordered lists (b)
-    SELECT array_agg(t.lexeme) FILTER (WHERE t.df <= 1000 AND t.df > 0
-                                          AND (t.running <= 4 * max_postings OR t.running = t.df)),
+    -- the lexemes read through the GIN index (a), rarest first: those whose postings fit
+    -- max_postings (and the rarest one, when it is held by at most 1,000 chunks) bring all their
+    -- chunks; the next ones held by at most 1,000 chunks, while they fit four times max_postings,
+    -- weigh in; the common ones are read from their impact-ordered lists (b)
+    SELECT array_agg(t.lexeme) FILTER (WHERE t.whole OR (t.df > 0 AND t.df <= 1000
+                                                          AND t.running <= 4 * max_postings)),
            array_agg(t.lexeme) FILTER (WHERE t.whole),
            coalesce(sum(t.df) FILTER (WHERE t.whole), 0),
-           array_agg(t.lexeme) FILTER (WHERE t.df > 1000)
+           array_agg(t.lexeme) FILTER (WHERE t.df > 1000 AND NOT t.whole)
       INTO gin_lexemes, whole_lexemes, gin_postings, listed
       FROM (SELECT u.*,
                    u.df > 0 AND (u.running <= max_postings OR (u.running = u.df AND u.df <= 1000)) AS whole
