@@ -256,7 +256,7 @@ COMMENT ON TABLE kb.settings IS 'Derived settings stored with the knowledge base
 
 -- table: term_postings
 CREATE TABLE kb.term_postings (
-    lexeme text NOT NULL,
+    lexeme text NOT NULL COLLATE pg_catalog."C",
     impact real NOT NULL,
     chunk_id bigint NOT NULL
 );

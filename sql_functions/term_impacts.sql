@@ -7,8 +7,10 @@
 -- postings ordered by it, so kb.keyword_search can read a common word's best chunks first;
 -- the final score is computed afresh (with the corpus's own average length and the caller's
 -- k1, b), so the constants only decide the reading order. The same tsv always gives the same
--- impacts (the statistics trigger finds a posting again by them). The length is read once per
--- call (not once per lexeme: each read detoasts the whole tsvector). Pure (IMMUTABLE).
+-- impacts (the statistics trigger finds a posting again by them). The length term is computed
+-- once per call (not once per lexeme: each read detoasts the whole tsvector, and its arithmetic
+-- is numeric). kb.rebuild_keyword_stats computes the same expression set-wise (keep the two
+-- equal). Pure (IMMUTABLE).
 CREATE OR REPLACE FUNCTION kb.term_impacts(tsv tsvector)
 RETURNS TABLE (lexeme text, impact real)
 LANGUAGE sql
@@ -16,9 +18,9 @@ IMMUTABLE
 PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT t.lexeme,
-           (f.tf * 1.9 / (f.tf + 0.9 * (0.25 + 0.75 * d.dl / 80.0)))::real
-      FROM (SELECT pg_catalog.length(tsv) AS dl) d,
+    SELECT t.lexeme, (f.tf * 1.9 / (f.tf + d.k))::real
+      FROM (SELECT (0.9 * (0.25 + 0.75 * pg_catalog.length(tsv) / 80.0))::float8 AS k
+            OFFSET 0) d,
            pg_catalog.unnest(tsv) AS t,
            LATERAL (SELECT coalesce(pg_catalog.array_length(t.positions, 1), 1)::float8 AS tf) f;
 $$;
