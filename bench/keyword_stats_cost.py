@@ -81,6 +81,11 @@ def main() -> None:
             reset()
             step("COPY, one statement (the trigger's bulk path)")
             reset()
+            conn.execute("BEGIN")
+            conn.execute("SET LOCAL pgkb.defer_keyword_stats = 'on'")
+            step("COPY, statistics trigger deferred (transition table still captured)")
+            conn.execute("COMMIT")
+            reset()
             conn.execute("ALTER TABLE kb.chunks DISABLE TRIGGER chunks_stats_insert")
             step("COPY, statistics trigger off")
             conn.execute("ALTER TABLE kb.chunks ENABLE TRIGGER chunks_stats_insert")
@@ -89,6 +94,13 @@ def main() -> None:
                 "SELECT kb.rebuild_keyword_stats()",
             )
             conn.execute("SET max_parallel_maintenance_workers = 0")
+            step(
+                "kb.rebuild_keyword_stats() (one process)",
+                "SELECT kb.rebuild_keyword_stats()",
+            )
+            # the steps of kb.rebuild_keyword_stats(), one process each (parallel workers' CPU
+            # time is not the backend's)
+            conn.execute("SET max_parallel_workers_per_gather = 0")
             conn.execute("BEGIN")
             step("  TRUNCATE term_stats, term_postings", "TRUNCATE kb.term_stats, kb.term_postings")
             step(
@@ -101,22 +113,41 @@ def main() -> None:
                 "UPDATE kb.corpus_stats SET chunk_count = s.n, total_lexemes = s.len FROM "
                 "(SELECT count(*) AS n, coalesce(sum(length(c.tsv)), 0) AS len FROM kb.chunks c) s",
             )
-            common = (
-                "FROM kb.chunks c, kb.term_impacts(c.tsv) AS i WHERE i.lexeme IN "
-                "(SELECT t.lexeme FROM kb.term_stats t WHERE t.df > 1000)"
+            # the postings query of kb.rebuild_keyword_stats (kb.term_impacts' expression inlined)
+            postings = (
+                "SELECT t.lexeme, (f.tf * 1.9 / (f.tf + c.k))::real AS impact, c.id "
+                "FROM (SELECT c.id, c.tsv, "
+                "(0.9 * (0.25 + 0.75 * length(c.tsv) / 80.0))::float8 AS k "
+                "FROM kb.chunks c OFFSET 0) c, unnest(c.tsv) AS t, "
+                "LATERAL (SELECT coalesce(array_length(t.positions, 1), 1)::float8 AS tf) f "
+                "WHERE t.lexeme IN (SELECT s.lexeme FROM kb.term_stats s WHERE s.df > 1000)"
             )
-            step("  postings computed, not stored (count)", f"SELECT count(*) {common}")
+            step(
+                "  postings computed through kb.term_impacts(), not stored",
+                "SELECT sum(i.impact), count(*) FROM kb.chunks c, kb.term_impacts(c.tsv) AS i "
+                "WHERE i.lexeme IN (SELECT t.lexeme FROM kb.term_stats t WHERE t.df > 1000)",
+            )
+            step(
+                "  postings computed, not stored",
+                f"SELECT sum(p.impact), count(*) FROM ({postings}) p",
+            )
             step(
                 "  drop the postings primary key",
                 "ALTER TABLE kb.term_postings DROP CONSTRAINT term_postings_pkey",
             )
             step(
                 "  postings inserted",
-                f"INSERT INTO kb.term_postings (lexeme, impact, chunk_id) "
-                f"SELECT i.lexeme, i.impact, c.id {common}",
+                f"INSERT INTO kb.term_postings (lexeme, impact, chunk_id) {postings}",
             )
             step(
                 "  primary key built (one process)",
+                "ALTER TABLE kb.term_postings ADD CONSTRAINT term_postings_pkey "
+                "PRIMARY KEY (lexeme, impact, chunk_id)",
+            )
+            conn.execute("ALTER TABLE kb.term_postings DROP CONSTRAINT term_postings_pkey")
+            conn.execute("RESET max_parallel_maintenance_workers")
+            step(
+                "  primary key built (parallel build allowed)",
                 "ALTER TABLE kb.term_postings ADD CONSTRAINT term_postings_pkey "
                 "PRIMARY KEY (lexeme, impact, chunk_id)",
             )

@@ -267,8 +267,21 @@ def load_chunks(
     """COPY the chunks: one statement (the statistics trigger sees a corpus loaded at once and
     recomputes kb.term_stats, kb.corpus_stats and kb.term_postings set-wise), or ``streams``
     connections at once, each with the trigger deferred (pgkb.defer_keyword_stats), then one
-    kb.rebuild_keyword_stats(). Wall times; chunks/s over the whole (COPY and statistics)."""
+    kb.rebuild_keyword_stats(). Wall times; chunks/s over the whole (COPY and statistics); with
+    a server on this machine also its backends' CPU seconds (parallel workers not counted): the
+    figure a busy machine does not change."""
+    from keyword_stats_cost import backend_cpu  # bench/ is the script's directory
+
     from loader.db.connect import connect
+
+    cpu: dict[str, float] = {"copy": 0.0, "rebuild": 0.0}
+
+    def cpu_of(conn: psycopg.Connection[Any]) -> float:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        try:
+            return backend_cpu(row[0]) if row else 0.0
+        except OSError:  # a server on another machine: no CPU figures
+            return float("nan")
 
     started = time.perf_counter()
     if streams == 1:
@@ -277,9 +290,12 @@ def load_chunks(
             conn.execute(
                 "SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,)
             )
+            before = cpu_of(conn)
             with conn.cursor().copy(CHUNK_COPY) as copy:
                 for row in rows:
                     copy.write_row(row)
+            conn.commit()
+            cpu["copy"] = cpu_of(conn) - before  # the trigger's rebuild included
         copied = elapsed = time.perf_counter() - started
     else:
         errors: list[BaseException] = []
@@ -287,10 +303,13 @@ def load_chunks(
         def stream(part: list[tuple[Any, ...]]) -> None:
             try:
                 with connect(url) as conn:
+                    before = cpu_of(conn)
                     conn.execute("SET LOCAL pgkb.defer_keyword_stats = 'on'")
                     with conn.cursor().copy(CHUNK_COPY) as copy:
                         for row in part:
                             copy.write_row(row)
+                    conn.commit()
+                    cpu["copy"] += cpu_of(conn) - before
             except BaseException as exc:  # reported by the main thread
                 errors.append(exc)
 
@@ -310,13 +329,19 @@ def load_chunks(
             conn.execute(
                 "SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,)
             )
+            before = cpu_of(conn)
             conn.execute("SELECT kb.rebuild_keyword_stats()")
+            conn.commit()
+            cpu["rebuild"] = cpu_of(conn) - before
         elapsed = time.perf_counter() - started
     return {
         "copy_streams": streams,
         "copy_only_s": round(copied, 2),
         "copy_chunks_s": round(elapsed, 2),
         "copy_chunks_per_s": round(len(rows) / elapsed),
+        "copy_backend_cpu_s": round(cpu["copy"], 2),
+        "rebuild_backend_cpu_s": round(cpu["rebuild"], 2),
+        "load_average": Path("/proc/loadavg").read_text().split()[0],
     }
 
 
