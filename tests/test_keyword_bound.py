@@ -296,3 +296,72 @@ def test_a_deferred_load_is_made_exact_by_one_rebuild(conn: psycopg.Connection[A
     )
     assert _statistics(conn) == _recomputed(conn) and len(_statistics(conn)["postings"]) == 1080
     conn.rollback()
+
+
+def test_the_impacts_follow_the_documented_formula(conn: psycopg.Connection[Any]) -> None:
+    """kb.term_impacts (the row-wise path) and kb.rebuild_keyword_stats (the same expression
+    inlined) both compute tf * 1.9 / (tf + 0.9 * (0.25 + 0.75 * dl / 80)): checked here against
+    Python's own arithmetic, so a change to both at once cannot pass unseen. tf is a lexeme's
+    positions (1 without any), dl the distinct lexemes of the tsvector."""
+    cases = [
+        "chapter",
+        "chapter chapter chapter table",
+        " ".join(f"w{k}x" for k in range(300)) + " chapter" * 5,
+    ]
+    for text in cases:
+        for tsv in (
+            f"to_tsvector('english', '{text}')",
+            f"strip(to_tsvector('english', '{text}'))",
+        ):
+            rows = conn.execute(
+                f"SELECT i.lexeme, i.impact, length({tsv}), "
+                f"coalesce(array_length(u.positions, 1), 1) "
+                f"FROM kb.term_impacts({tsv}) i JOIN unnest({tsv}) u ON u.lexeme = i.lexeme"
+            ).fetchall()
+            assert rows, text
+            for lexeme, impact, dl, tf in rows:
+                expected = tf * 1.9 / (tf + 0.9 * (0.25 + 0.75 * dl / 80))
+                assert abs(impact - expected) <= 1e-6 * expected, (lexeme, impact, expected)
+    row = conn.execute(
+        "SELECT count(DISTINCT i.impact) FROM kb.term_impacts(to_tsvector('english', "
+        "'chapter chapter table')) i"
+    ).fetchone()
+    assert row == (2,)  # tf 2 and tf 1: two impacts
+
+
+def test_the_rebuild_stores_the_impacts_kb_term_impacts_gives(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The rebuild's inlined expression and kb.term_impacts agree bit for bit (the row-wise
+    trigger finds a posting again by its impact), over chunks of very different lengths and
+    term frequencies; the postings' lexemes compare in the C collation."""
+    doc = uuid.uuid4()
+    conn.execute(
+        "INSERT INTO kb.documents (id, source_uri, title, content_sha) "
+        "VALUES (%s, 'mem://i', 't', 'x')",
+        (doc,),
+    )
+    rnd = random.Random(5)
+    rows = []
+    for i in range(1_100):
+        words = ["chapter"] * rnd.randint(1, 40) + [
+            f"v{rnd.randint(0, 5000)}x" for _ in range(rnd.randint(0, 400))
+        ]
+        rows.append((i, " ".join(words)))
+    _copy_rows(conn, doc, rows)
+    conn.execute("SELECT kb.rebuild_keyword_stats()")
+    stored = conn.execute(
+        "SELECT p.lexeme, p.impact, p.chunk_id FROM kb.term_postings p ORDER BY 3, 1"
+    ).fetchall()
+    direct = conn.execute(
+        "SELECT i.lexeme, i.impact, c.id FROM kb.chunks c, kb.term_impacts(c.tsv) i "
+        "WHERE i.lexeme IN ('chapter', 'part') ORDER BY 3, 1"
+    ).fetchall()
+    assert len(stored) == 2_200 and stored == direct  # 'part': every chunk's heading
+    assert len({impact for _, impact, _ in stored}) > 100  # varied impacts, not one value
+    row = conn.execute(
+        "SELECT collation_name FROM information_schema.columns "
+        "WHERE table_schema = 'kb' AND table_name = 'term_postings' AND column_name = 'lexeme'"
+    ).fetchone()
+    assert row == ("C",)
+    conn.rollback()
