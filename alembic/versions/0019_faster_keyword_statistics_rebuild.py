@@ -8,7 +8,7 @@ build is about 30% cheaper than under the database's libc collation; equality, t
 comparison kb.keyword_search makes on it, is unchanged).
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 """
 
 from alembic import op
@@ -16,7 +16,7 @@ from alembic import op
 from loader.migration_ops import apply_functions, revert_functions
 
 revision = "0019"
-down_revision = '0017'
+down_revision = '0018'
 branch_labels = None
 depends_on = None
 
