@@ -17,14 +17,18 @@ queries (all of them, or those of --qrels).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
+# KEYWORD_FUNCTION: another function of the same signature to compare (e.g. an older version
+# created under another schema)
+FUNCTION = os.environ.get("KEYWORD_FUNCTION", "kb.keyword_search")
 SQL = (
-    "SELECT k.chunk_id, d.source_uri FROM kb.keyword_search(%s, 20, max_postings => %s) k "
+    f"SELECT k.chunk_id, d.source_uri FROM {FUNCTION}(%s, 20, max_postings => %s) k "
     "JOIN kb.documents d ON d.id = k.document_id ORDER BY k.rank"
 )
 
