@@ -54,7 +54,11 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = uuid.UUID("0b7c6f2e-5a41-4c1e-9f0a-23b5c0d1e7aa")
 CHUNKS_PER_DOCUMENT = 20
-SIGMA = 0.03
+SIGMA = 0.03  # the noise generator (round two)
+SPREAD_NEIGHBOURS = 20  # the spread generator (from round three)
+SPREAD_SIGMA = 0.01
+SPREAD_MIX = 3
+VECTORS = ["spread", "noise", "smote"]  # the first is the default
 COMMON = ["chapter", "table", "function", "data"]
 EF_SEARCH = [40, 100, 200, 400]
 
@@ -149,6 +153,83 @@ def vary(text: str, donor: str, rnd: random.Random) -> str:
     return " ".join(words)
 
 
+# --- the vectors of a corpus ---------------------------------------------------------------------
+
+
+def vector_sources(size: int, n_texts: int, n_real: int) -> np.ndarray:
+    """The source vector of each chunk: the chunk's text is text ``i % n_texts``; a text of the
+    source database has its own real vector, a SciFact text (index >= n_real) the real vector of
+    source chunk ``t % n_real``."""
+    t = np.arange(size) % n_texts
+    return np.where(t < n_real, t, t % n_real)
+
+
+def real_neighbours(vectors: np.ndarray, k: int = SPREAD_NEIGHBOURS) -> np.ndarray:
+    """The k nearest other real vectors of each real vector (cosine; rows are unit vectors)."""
+    out = np.empty((len(vectors), k), dtype=np.int64)
+    for start in range(0, len(vectors), 2048):
+        sims = vectors[start : start + 2048] @ vectors.T
+        for r in range(len(sims)):
+            sims[r, start + r] = -np.inf  # not itself
+        top = np.argpartition(-sims, k, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(sims, top, axis=1), axis=1)
+        out[start : start + 2048] = np.take_along_axis(top, order, axis=1)
+    return out
+
+
+def synthetic_vectors(
+    size: int,
+    n_texts: int,
+    vectors: np.ndarray,
+    kind: str = "spread",
+    neighbours: np.ndarray | None = None,
+) -> np.ndarray:
+    """The vector of every chunk of a corpus of ``size`` chunks, deterministic for a size.
+
+    The first ``len(vectors)`` chunks are the source chunks themselves: their real vectors. Every
+    other chunk's vector derives from its source vector s (``vector_sources``); its "siblings"
+    are the other chunks of the same source:
+
+    - ``noise`` (round two): s plus Gaussian noise, sigma 0.03 per dimension, normalised. At 1M
+      every source has ~39 siblings in a tight full-dimensional ball around s: each point's 20
+      nearest neighbours are almost all its siblings and HNSW's graph splits into islands;
+    - ``smote``: s moved towards one of its SPREAD_NEIGHBOURS real nearest neighbours n by
+      u ~ U(0, 1) (SMOTE-like interpolation), plus Gaussian noise of SPREAD_SIGMA per
+      dimension, normalised: siblings spread along different segments;
+    - ``spread`` (from round three): a random point of the simplex of s and SPREAD_MIX of its
+      SPREAD_NEIGHBOURS real nearest neighbours (weights ~ Dirichlet(1, ..., 1)), plus Gaussian
+      noise of SPREAD_SIGMA per dimension, normalised: siblings fill the region between real
+      vectors, as new texts on the same topics would, and meet the neighbouring sources'
+      siblings there. Of the three it keeps the neighbourhood structure of the real vectors
+      best (bench/vector_structure.py measures it).
+    """
+    n_real, dims = vectors.shape
+    base = vector_sources(size, n_texts, n_real)
+    out = np.empty((size, dims), dtype=np.float32)
+    first = min(size, n_real)
+    out[:first] = vectors[:first]
+    rng = np.random.default_rng(size)
+    if kind == "noise":  # row by row, exactly as round two drew it
+        for i in range(first, size):
+            noisy = vectors[base[i]] + rng.normal(0, SIGMA, dims).astype(np.float32)
+            out[i] = noisy / np.linalg.norm(noisy)
+        return out
+    if kind not in VECTORS:
+        raise ValueError(f"unknown vector generator {kind!r}: use one of {', '.join(VECTORS)}")
+    mix = 1 if kind == "smote" else SPREAD_MIX
+    if neighbours is None:
+        neighbours = real_neighbours(vectors)
+    for start in range(first, size, 20_000):
+        b = base[start : start + 20_000]
+        picked = np.argsort(rng.random((len(b), neighbours.shape[1])), axis=1)[:, :mix]
+        n = neighbours[b[:, None], picked]  # (rows, mix): distinct neighbours of each source
+        w = rng.dirichlet(np.ones(mix + 1), len(b)).astype(np.float32)
+        v = w[:, :1] * vectors[b] + np.einsum("rm,rmd->rd", w[:, 1:], vectors[n])
+        v += rng.normal(0, SPREAD_SIGMA, v.shape).astype(np.float32)
+        out[start : start + len(b)] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return out
+
+
 # --- building a corpus ----------------------------------------------------------------------------
 
 
@@ -161,21 +242,21 @@ def build(
     dims: int,
     streams: int = 1,
     maintenance_work_mem: str = "512MB",
+    kind: str = "spread",
+    name: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
     from loader.db.connect import connect
     from loader.db.migrations import upgrade
     from tests.helpers import create_database, drop_database
 
-    name = f"pgkb_scale_{size}"
+    name = name or f"pgkb_scale_{size}"
     drop_database(admin_url, name)
     url = create_database(admin_url, name)
     upgrade(url)
     rnd = random.Random(size)
-    noise = np.random.default_rng(size)
-    n_real = len(vectors)
     n_docs = (size + CHUNKS_PER_DOCUMENT - 1) // CHUNKS_PER_DOCUMENT
     doc_ids = [uuid.uuid5(NAMESPACE, f"{size}/{d}") for d in range(n_docs)]
-    figures: dict[str, Any] = {"chunks": size, "documents": n_docs}
+    figures: dict[str, Any] = {"chunks": size, "documents": n_docs, "vectors": kind}
     with connect(url) as conn:
         model_id = conn.execute(
             "SELECT kb.register_model(%s, %s, 'local')", (model, dims)
@@ -194,19 +275,13 @@ def build(
         figures["copy_documents_s"] = round(time.perf_counter() - started, 2)
 
         # the rows and vectors first (client work, not timed), then the load
-        chunk_vectors = np.empty((size, dims), dtype=np.float32)
+        chunk_vectors = synthetic_vectors(size, len(texts), vectors, kind)
         rows = []
         for i in range(size):
             t = i % len(texts)
             heading, content = texts[t]
-            base = t if t < n_real else t % n_real
-            if i < n_real and t < n_real:  # a source chunk at first use: all real
-                chunk_vectors[i] = vectors[t]
-            else:
-                if i >= len(texts):
-                    content = vary(content, texts[rnd.randrange(len(texts))][1], rnd)
-                noisy = vectors[base] + noise.normal(0, SIGMA, dims).astype(np.float32)
-                chunk_vectors[i] = noisy / np.linalg.norm(noisy)
+            if i >= len(texts):
+                content = vary(content, texts[rnd.randrange(len(texts))][1], rnd)
             rows.append(
                 (
                     doc_ids[i // CHUNKS_PER_DOCUMENT],
@@ -220,31 +295,7 @@ def build(
         figures.update(load_chunks(url, rows, streams, maintenance_work_mem))
         del rows
 
-        position = {did: d * CHUNKS_PER_DOCUMENT for d, did in enumerate(doc_ids)}
-        ids = sorted(
-            (position[r[1]] + r[2], r[0])
-            for r in conn.execute("SELECT id, document_id, chunk_index FROM kb.chunks")
-        )
-        assert [i for i, _ in ids] == list(range(size)), "one chunk per row, each once"
-        started = time.perf_counter()
-        with conn.cursor().copy(
-            "COPY kb.embeddings (chunk_id, model_id, embedding) FROM STDIN (FORMAT BINARY)"
-        ) as copy:
-            copy.set_types(["bigint", "integer", "vector"])
-            for (_, cid), vec in zip(ids, chunk_vectors, strict=True):
-                copy.write_row((cid, model_id, vec))
-        conn.commit()
-        elapsed = time.perf_counter() - started
-        figures["copy_embeddings_s"] = round(elapsed, 2)
-        figures["copy_embeddings_per_s"] = round(size / elapsed)
-
-        conn.execute(
-            "SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,)
-        )
-        started = time.perf_counter()
-        conn.execute("SELECT kb.build_model_index(%s)", (model_id,))
-        conn.commit()
-        figures["hnsw_build_s"] = round(time.perf_counter() - started, 2)
+        figures.update(load_vectors(conn, size, model_id, chunk_vectors, maintenance_work_mem))
         conn.autocommit = True
         started = time.perf_counter()
         conn.execute(
@@ -253,6 +304,86 @@ def build(
         figures["vacuum_analyze_s"] = round(time.perf_counter() - started, 2)
         figures["storage"] = storage(conn, size)
     return url, figures
+
+
+def load_vectors(
+    conn: psycopg.Connection[Any],
+    size: int,
+    model_id: int,
+    chunk_vectors: np.ndarray,
+    maintenance_work_mem: str,
+) -> dict[str, Any]:
+    """COPY the vectors (row i of chunk_vectors for the chunk at position i: document i // 20,
+    chunk_index i % 20) into kb.embeddings, which holds none of the model, with the model's HNSW
+    index dropped, then build the index. Committed; timings."""
+    n_docs = (size + CHUNKS_PER_DOCUMENT - 1) // CHUNKS_PER_DOCUMENT
+    position = {
+        uuid.uuid5(NAMESPACE, f"{size}/{d}"): d * CHUNKS_PER_DOCUMENT for d in range(n_docs)
+    }
+    ids = sorted(
+        (position[r[1]] + r[2], r[0])
+        for r in conn.execute("SELECT id, document_id, chunk_index FROM kb.chunks")
+    )
+    assert [i for i, _ in ids] == list(range(size)), "one chunk per row, each once"
+    started = time.perf_counter()
+    with conn.cursor().copy(
+        "COPY kb.embeddings (chunk_id, model_id, embedding) FROM STDIN (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(["bigint", "integer", "vector"])
+        for (_, cid), vec in zip(ids, chunk_vectors, strict=True):
+            copy.write_row((cid, model_id, vec))
+    conn.commit()
+    elapsed = time.perf_counter() - started
+    figures: dict[str, Any] = {
+        "copy_embeddings_s": round(elapsed, 2),
+        "copy_embeddings_per_s": round(size / elapsed),
+    }
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,))
+    started = time.perf_counter()
+    index = conn.execute("SELECT kb.build_model_index(%s)", (model_id,)).fetchone()[0]  # type: ignore[index]
+    conn.commit()
+    figures["hnsw_build_s"] = round(time.perf_counter() - started, 2)
+    figures["hnsw_mb"] = round(
+        conn.execute("SELECT pg_relation_size(%s::regclass)", (f"kb.{index}",)).fetchone()[0]  # type: ignore[index]
+        / 2**20,
+        1,
+    )
+    figures["load_average_index"] = Path("/proc/loadavg").read_text().split()[:3]
+    return figures
+
+
+def revector(
+    url: str,
+    size: int,
+    n_texts: int,
+    vectors: np.ndarray,
+    kind: str,
+    maintenance_work_mem: str,
+) -> dict[str, Any]:
+    """Replace the vectors of a corpus built by ``build`` (same size and texts) with those the
+    generator ``kind`` gives a fresh build: the model's HNSW index dropped, kb.embeddings emptied
+    and loaded again by one COPY, the index rebuilt, VACUUM ANALYZE. The chunks are untouched."""
+    from loader.db.connect import connect
+
+    chunk_vectors = synthetic_vectors(size, n_texts, vectors, kind)
+    with connect(url) as conn:
+        model_id = conn.execute("SELECT id FROM kb.active_model()").fetchone()[0]  # type: ignore[index]
+        chunks = conn.execute("SELECT count(*) FROM kb.chunks").fetchone()[0]  # type: ignore[index]
+        if chunks != size:
+            raise SystemExit(f"{url} holds {chunks} chunks, not {size}: not a corpus of this size")
+        conn.execute("SELECT kb.drop_model_index(%s)", (model_id,))
+        conn.execute("TRUNCATE kb.embeddings")
+        conn.commit()
+        figures = {
+            "vectors": kind,
+            **load_vectors(conn, size, model_id, chunk_vectors, maintenance_work_mem),
+        }
+        conn.autocommit = True
+        started = time.perf_counter()
+        conn.execute("VACUUM ANALYZE kb.embeddings")
+        figures["vacuum_analyze_s"] = round(time.perf_counter() - started, 2)
+        figures["storage"] = storage(conn, size)
+    return figures
 
 
 CHUNK_COPY = (
@@ -469,7 +600,9 @@ def keyword_agreement(conn: psycopg.Connection[Any], queries: list[str]) -> dict
     return out
 
 
-def recall(conn: psycopg.Connection[Any], qvecs: list[Any], dims: int) -> dict:
+def recall(
+    conn: psycopg.Connection[Any], qvecs: list[Any], dims: int, ef_search: list[int] = EF_SEARCH
+) -> dict:
     exact_sql = (
         f"SELECT e.chunk_id FROM kb.embeddings e JOIN kb.chunks c ON c.id = e.chunk_id "
         f"JOIN kb.documents d ON d.id = c.document_id WHERE (%(cat)s::text IS NULL OR "
@@ -485,7 +618,7 @@ def recall(conn: psycopg.Connection[Any], qvecs: list[Any], dims: int) -> dict:
     conn.execute("RESET enable_indexscan")
     for cat in (None, "c00"):
         filters = json.dumps({"category": cat} if cat else {})
-        for ef in EF_SEARCH:
+        for ef in ef_search:
             hits, times = [], []
             for v, true in zip(qvecs, truth[cat], strict=True):
                 params = {"v": v, "f": filters, "ef": ef}
@@ -498,8 +631,11 @@ def recall(conn: psycopg.Connection[Any], qvecs: list[Any], dims: int) -> dict:
                 times.append(server_ms(conn, sql, params))
             key = f"{'category 1%' if cat else 'no filter'}, ef_search {ef}"
             out[key] = {"recall_at_20": round(statistics.fmean(hits), 4), **summary(times)}
+            out[key]["load_average"] = Path("/proc/loadavg").read_text().split()[:3]
             print(
-                f"    recall {key}: {out[key]['recall_at_20']} p50 {out[key]['p50']} ms", flush=True
+                f"    recall {key}: {out[key]['recall_at_20']} p50 {out[key]['p50']} ms "
+                f"p95 {out[key]['p95']} ms (load {out[key]['load_average'][0]})",
+                flush=True,
             )
     return out
 
@@ -557,6 +693,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scifact", type=Path, default=None, help="BEIR SciFact folder")
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--recall-queries", type=int, default=100)
+    parser.add_argument(
+        "--ef-search",
+        default=",".join(map(str, EF_SEARCH)),
+        help="ef_search values of the recall measurement",
+    )
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--json", type=Path, default=Path("scale_bench.json"))
     parser.add_argument("--keep", action="store_true", help="keep the pgkb_scale_* databases")
@@ -584,7 +725,27 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="measure again the databases a --keep run built (build figures from its --json)",
     )
+    parser.add_argument(
+        "--vectors",
+        choices=VECTORS,
+        default=VECTORS[0],
+        help="how the vectors beyond the real ones are made (see synthetic_vectors; round two: "
+        "noise)",
+    )
+    parser.add_argument(
+        "--revector",
+        action="store_true",
+        help="with --reuse: replace only the vectors of the kept corpora by those --vectors "
+        "gives (kb.embeddings loaded again, HNSW index rebuilt, VACUUM ANALYZE), then measure",
+    )
+    parser.add_argument(
+        "--db-suffix",
+        default="",
+        help="corpus databases are named pgkb_scale_<N><suffix> (several copies on one server)",
+    )
     args = parser.parse_args(argv)
+    if args.revector and not args.reuse:
+        parser.error("--revector replaces the vectors of a kept corpus: give --reuse too")
 
     from pgvector import Vector
 
@@ -625,11 +786,26 @@ def main(argv: list[str] | None = None) -> None:
     }
     for size in [int(s) for s in args.sizes.split(",")]:
         print(f"\n== {size} chunks", flush=True)
-        built = previous.get("sizes", {}).get(str(size))
-        if args.reuse and built:  # measure the corpus a previous --keep run built, again
-            url = with_dbname(admin, f"pgkb_scale_{size}")
+        name = f"pgkb_scale_{size}{args.db_suffix}"
+        built = previous.get("sizes", {}).get(str(size), {})
+        if args.reuse:  # measure the corpus a previous --keep run built, again
+            url = with_dbname(admin, name)
             figures = {k: built[k] for k in built if k.startswith(("c", "h", "v", "s", "d"))}
             figures.pop("concurrent", None)
+            if args.revector:
+                print(f"    new {args.vectors} vectors for {name}", flush=True)
+                figures.update(
+                    revector(
+                        url,
+                        size,
+                        len(texts) + len(sci_texts),
+                        vectors,
+                        args.vectors,
+                        args.maintenance_work_mem,
+                    )
+                )
+            elif not built:
+                parser.error(f"--reuse: {args.json} has no figures of {size} chunks")
         else:
             url, figures = build(
                 admin,
@@ -640,6 +816,8 @@ def main(argv: list[str] | None = None) -> None:
                 dims,
                 args.copy_streams,
                 args.maintenance_work_mem,
+                args.vectors,
+                name,
             )
         print(f"    built: {json.dumps({k: v for k, v in figures.items() if k != 'storage'})}")
         print(f"    storage: {json.dumps(figures['storage'])}", flush=True)
@@ -657,7 +835,12 @@ def main(argv: list[str] | None = None) -> None:
             if "agreement" in parts:
                 figures["keyword_agreement"] = keyword_agreement(conn, queries)
             if "recall" in parts:
-                figures["recall"] = recall(conn, qvecs[: args.recall_queries], dims)
+                figures["recall"] = recall(
+                    conn,
+                    qvecs[: args.recall_queries],
+                    dims,
+                    [int(e) for e in args.ef_search.split(",")],
+                )
             if "plans" in parts:
                 longest = queries.index(long_queries[0])
                 figures["plans"] = plans(
@@ -669,7 +852,7 @@ def main(argv: list[str] | None = None) -> None:
         results["sizes"][str(size)] = figures
         args.json.write_text(json.dumps(results, indent=2))
         if not args.keep:
-            drop_database(admin, f"pgkb_scale_{size}")
+            drop_database(admin, name)
     if not args.build_only and set(args.measure.split(",")) >= set(PARTS):
         print_table(results)
     print(f"\nJSON: {args.json}")
