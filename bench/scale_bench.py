@@ -2,26 +2,38 @@
 then latency of each retrieval leg, HNSW recall, ingestion throughput and storage per chunk.
 
     python bench/scale_bench.py --source URL --sizes 10000,100000 [--scifact DIR] \
-        [--queries 500] [--json scale.json] [--keep]
+        [--queries 500] [--json scale.json] [--keep] [--vectors spread|noise|smote]
+    python bench/scale_bench.py ... --json scale.json --reuse --revector  # new vectors only
 
 --source is a pgkb database with real chunks and real embeddings of the active model (the whole
 manual ingested with all-MiniLM-L6-v2); it is only read. The corpora are built on the same
-server, in databases `pgkb_scale_<N>` (replaced on each run; dropped unless --keep):
+server, in databases `pgkb_scale_<N>` (`pgkb_scale_<N><--db-suffix>`; replaced on each run;
+dropped unless --keep):
 
 - text: the source's chunks (heading path and content), then the SciFact abstracts of --scifact
   (BEIR corpus.jsonl: title as heading, abstract as content) when given, repeated until N chunks;
   every repetition after the first has about 15% of its words replaced by words of another chunk
   (same vocabulary and word frequencies, different texts);
-- vectors: the source's real vectors for its own chunks at first use; every other chunk gets the
-  real vector of its text's source chunk (for SciFact text: of a source chunk chosen by index)
-  plus Gaussian noise (sigma 0.03 per dimension, cosine about 0.86 to the original), normalised,
-  so the neighbourhoods are those of real sentence vectors, not of uniform noise;
+- vectors (--vectors; see synthetic_vectors): the source's real vectors for its own chunks at
+  first use; every other chunk's vector derives from the real vector of its text's source chunk
+  (for SciFact text: of a source chunk chosen by index), normalised, so the neighbourhoods are
+  those of real sentence vectors, not of uniform noise. ``spread`` (the default since round
+  three): a random point of the simplex of the source vector and 3 of its 20 real nearest
+  neighbours, plus Gaussian noise (sigma 0.01 per dimension), so the chunks derived from one
+  source spread into the region between real vectors, as new texts on the same topics would;
+  ``noise`` (round two): the source vector plus Gaussian noise (sigma 0.03 per dimension, cosine
+  about 0.86 to the original), which at 1M makes ~39 near-copies of each source, a tight cluster
+  HNSW cannot cross (bench/vector_structure.py measures both against the real vectors);
+  ``smote``: towards one neighbour only;
 - documents of 20 chunks; category 'c00' holds 1% of them (the selective filter), c01..c09 the
   rest.
 
 Loading: kb.documents, kb.chunks (the statistics trigger fills kb.term_stats and
 kb.term_postings in the same statement) and kb.embeddings each by one COPY, the HNSW index
-dropped before and built after (kb.build_model_index), then ANALYZE.
+dropped before and built after (kb.build_model_index), then ANALYZE. With --reuse --revector,
+a kept corpus keeps its chunks and gets only new vectors (the same ones a fresh build with
+--vectors would give): kb.embeddings emptied and loaded again by one COPY, the HNSW index
+rebuilt, VACUUM ANALYZE.
 
 Measured per size (database side: the server's own Execution Time of EXPLAIN (ANALYZE, TIMING
 OFF) for one client; wall time per call over N connections for the concurrent runs):
@@ -349,6 +361,7 @@ def load_vectors(
         1,
     )
     figures["load_average_index"] = Path("/proc/loadavg").read_text().split()[:3]
+    conn.commit()
     return figures
 
 
