@@ -79,7 +79,7 @@ def main() -> None:
             conn.execute("BEGIN")
             conn.execute("DROP INDEX kb.embeddings_hnsw_model_1")
             del forms["vector"]
-        for ef in (40, 100, 200, 400):
+        for ef in (40, 100, 200, 400, 800):
             conn.execute(f"SET hnsw.ef_search = {ef}")
             for name, sql in forms.items():
                 plan = json.dumps(
