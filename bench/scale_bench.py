@@ -384,6 +384,12 @@ def revector(
         chunks = conn.execute("SELECT count(*) FROM kb.chunks").fetchone()[0]  # type: ignore[index]
         if chunks != size:
             raise SystemExit(f"{url} holds {chunks} chunks, not {size}: not a corpus of this size")
+        models = conn.execute("SELECT count(*) FROM kb.embedding_models").fetchone()[0]  # type: ignore[index]
+        if models != 1:  # TRUNCATE below empties every model's vectors
+            raise SystemExit(
+                f"{url} has {models} embedding models; --revector replaces the vectors of a "
+                "corpus built by this script, which has one"
+            )
         conn.execute("SELECT kb.drop_model_index(%s)", (model_id,))
         conn.execute("TRUNCATE kb.embeddings")
         conn.commit()
@@ -749,7 +755,8 @@ def main(argv: list[str] | None = None) -> None:
         "--revector",
         action="store_true",
         help="with --reuse: replace only the vectors of the kept corpora by those --vectors "
-        "gives (kb.embeddings loaded again, HNSW index rebuilt, VACUUM ANALYZE), then measure",
+        "gives (kb.embeddings loaded again, HNSW index rebuilt, VACUUM ANALYZE), then measure; "
+        "give the --source and --scifact the corpora were built with",
     )
     parser.add_argument(
         "--db-suffix",
