@@ -24,6 +24,8 @@ from typing import Any
 
 import psycopg
 
+from loader.evaluation.questions import source_matches
+
 # KEYWORD_FUNCTION: another function of the same signature to compare (e.g. an older version
 # created under another schema)
 FUNCTION = os.environ.get("KEYWORD_FUNCTION", "kb.keyword_search")
@@ -35,7 +37,7 @@ SQL = (
 
 def first_rank(rows: list[tuple[Any, str]], sources: list[str]) -> int | None:
     for i, (_, uri) in enumerate(rows, 1):
-        if any(uri.endswith(s) for s in sources):
+        if any(source_matches(s, uri) for s in sources):
             return i
     return None
 
