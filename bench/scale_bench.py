@@ -4,6 +4,7 @@ then latency of each retrieval leg, HNSW recall, ingestion throughput and storag
     python bench/scale_bench.py --source URL --sizes 10000,100000 [--scifact DIR] \
         [--queries 500] [--json scale.json] [--keep] [--vectors spread|noise|smote]
     python bench/scale_bench.py ... --json scale.json --reuse --revector  # new vectors only
+    python bench/scale_bench.py ... --json scale.json --reuse --prewarm --measure one_client
 
 --source is a pgkb database with real chunks and real embeddings of the active model (the whole
 manual ingested with all-MiniLM-L6-v2); it is only read. The corpora are built on the same
@@ -700,6 +701,42 @@ def plans(conn: psycopg.Connection[Any], typical: tuple[str, Any], long: tuple[s
     return out
 
 
+def server_memory(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """The server settings that decide whether a warm corpus is served from shared buffers or
+    copied from the operating system's cache on every read."""
+    names = ("shared_buffers", "effective_cache_size", "work_mem", "huge_pages")
+    rows = conn.execute(
+        "SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY (%s)", (list(names),)
+    ).fetchall()
+    return {str(name): str(value) for name, value in rows}
+
+
+PREWARM = """
+SELECT count(*)::int AS relations, coalesce(sum(public.pg_prewarm(r.oid)), 0)::bigint AS blocks,
+       (pg_size_pretty(coalesce(sum(pg_relation_size(r.oid)), 0)::bigint)) AS size
+  FROM (SELECT c.oid FROM pg_class c
+          JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = 'kb' AND c.relkind IN ('r', 'i') AND c.relname <> 'term_postings'
+        UNION ALL
+        SELECT c.reltoastrelid FROM pg_class c
+         WHERE c.oid = 'kb.chunks'::regclass AND c.reltoastrelid <> 0) r
+"""
+
+
+def prewarm(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """pg_prewarm (a contrib extension the server ships) over what searches read."""
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm WITH SCHEMA public")
+    started = time.perf_counter()
+    row = conn.execute(PREWARM).fetchone()
+    assert row is not None
+    return {
+        "relations": row[0],
+        "blocks": row[1],
+        "size": row[2],
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -757,6 +794,14 @@ def main(argv: list[str] | None = None) -> None:
         help="with --reuse: replace only the vectors of the kept corpora by those --vectors "
         "gives (kb.embeddings loaded again, HNSW index rebuilt, VACUUM ANALYZE), then measure; "
         "give the --source and --scifact the corpora were built with",
+    )
+    parser.add_argument(
+        "--prewarm",
+        action="store_true",
+        help="before measuring, read the corpus's search relations into shared buffers "
+        "(pg_prewarm: chunks with their TOAST, embeddings, every index of the kb schema; not "
+        "the postings' heap, which searches never read); give the server a shared_buffers "
+        "that holds them (BENCHMARKS.md: memory)",
     )
     parser.add_argument(
         "--db-suffix",
@@ -847,6 +892,10 @@ def main(argv: list[str] | None = None) -> None:
             continue
         parts = set(args.measure.split(","))
         with connect(url, autocommit=True) as conn:
+            figures["server_memory"] = server_memory(conn)
+            if args.prewarm:
+                figures["prewarm"] = prewarm(conn)
+                print(f"    prewarmed: {figures['prewarm']}", flush=True)
             figures["load_average"] = Path("/proc/loadavg").read_text().split()[:3]
             if "one_client" in parts:
                 figures["one_client"] = one_client(conn, queries, qvecs)

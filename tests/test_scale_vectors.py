@@ -61,3 +61,31 @@ def test_spread_stays_in_its_sources_neighbourhood(real: np.ndarray) -> None:
 def test_unknown_generator_is_named(real: np.ndarray) -> None:
     with pytest.raises(ValueError, match=r"'jitter'.*spread, noise, smote"):
         sb.synthetic_vectors(400, N_TEXTS, real, "jitter")
+
+
+def test_prewarm_reads_what_searches_read(db_url: str) -> None:
+    """--prewarm loads the kb schema's tables and indexes (and the chunks' TOAST) into shared
+    buffers, but not the postings' heap, which keyword searches never read (index-only scans);
+    the run records the memory settings it was measured with."""
+    import psycopg
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        memory = sb.server_memory(conn)
+        assert set(memory) == {"shared_buffers", "effective_cache_size", "work_mem", "huge_pages"}
+        assert memory["shared_buffers"].endswith(("kB", "MB", "GB"))
+        out = sb.prewarm(conn)
+        warmed = conn.execute(
+            "SELECT count(*), sum(pg_relation_size(c.oid)) / current_setting('block_size')::int"
+            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'kb' AND c.relkind IN ('r', 'i') AND c.relname <> 'term_postings'"
+        ).fetchone()
+        toast = conn.execute(
+            "SELECT pg_relation_size(reltoastrelid) / current_setting('block_size')::int"
+            " FROM pg_class WHERE oid = 'kb.chunks'::regclass"
+        ).fetchone()
+        assert warmed is not None and toast is not None
+        # every kb table and index, plus the chunks' TOAST table, every block of them
+        assert out["relations"] == warmed[0] + 1
+        assert out["blocks"] == warmed[1] + toast[0]
+        again = sb.prewarm(conn)  # the extension exists now: a second run is the same
+        assert again["relations"] == out["relations"]
