@@ -37,6 +37,7 @@ CREATE TABLE kb.chunks (
     CONSTRAINT chunks_chunk_index_check CHECK ((chunk_index >= 0)),
     CONSTRAINT chunks_token_count_check CHECK ((token_count >= 0))
 );
+ALTER TABLE ONLY kb.chunks ALTER COLUMN tsv SET STORAGE MAIN;
 
 -- comment: TABLE chunks
 COMMENT ON TABLE kb.chunks IS 'Passages of a document in order (chunk_index); tsv indexes heading_path (weight A) and content (weight D).';

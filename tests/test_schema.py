@@ -88,3 +88,21 @@ def test_relations_have_no_self_loops_and_one_edge_per_type(conn: psycopg.Connec
     conn.execute(insert, (a, b, "references"))
     with pytest.raises(psycopg.errors.UniqueViolation):
         conn.execute(insert, (a, b, "references"))
+
+
+def test_a_long_chunks_lexemes_stay_in_its_row(conn: psycopg.Connection[Any]) -> None:
+    """The keyword leg reads the tsvector of every candidate: it is stored in the chunk's row
+    (STORAGE MAIN), so a long chunk's content goes to the TOAST table instead of its lexemes."""
+    from tests.helpers import load_chunks
+
+    rng = __import__("random").Random(5)
+    # 300 distinct made-up words: a tsvector of about 4 kB that pglz cannot shrink much
+    words = ["".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(9)) for _ in range(300)]
+    (long_id,) = load_chunks(conn, [("long.html", "Long", " ".join(words))])
+    row = conn.execute(
+        "SELECT pg_column_toast_chunk_id(tsv) IS NULL, pg_column_size(tsv) > 2048,"
+        " pg_column_toast_chunk_id(content) IS NOT NULL OR pg_column_compression(content)"
+        " IS NOT NULL FROM kb.chunks WHERE id = %s",
+        (long_id,),
+    ).fetchone()
+    assert row == (True, True, True)
