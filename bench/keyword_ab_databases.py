@@ -1,0 +1,64 @@
+"""The keyword leg on two copies of one corpus (e.g. stored two ways), timed query by query:
+for each query, each database's connection calls kb.keyword_search once to warm it and then three
+times, its best server-side time kept (EXPLAIN (ANALYZE, TIMING OFF)); the databases alternate,
+so a load that comes and goes falls on both alike. Plain questions and identifier questions (the
+leg reads their candidates' content too) are reported apart.
+
+    python bench/keyword_ab_databases.py QUERIES_JSON N_QUERIES URL_A URL_B
+
+QUERIES_JSON: a query cache of bench/scale_bench.py (its "queries" list). Both databases are
+prewarmed first (scale_bench.py --prewarm's relations).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import scale_bench as sb
+
+SQL = "SELECT * FROM kb.keyword_search(%(q)s, 20)"
+
+
+def main() -> None:
+    from loader.db.connect import connect
+
+    queries_file, n, urls = sys.argv[1], int(sys.argv[2]), sys.argv[3:5]
+    queries = json.loads(Path(queries_file).read_text())["queries"][:n]
+    conns = [connect(url, autocommit=True) for url in urls]
+    try:
+        for conn in conns:
+            sb.prewarm(conn)
+        times: list[dict[bool, list[float]]] = [{True: [], False: []} for _ in urls]
+        for q in queries:
+            row = (
+                conns[0]
+                .execute("SELECT identifiers IS NOT NULL FROM kb.search_query(%s)", (q,))
+                .fetchone()
+            )
+            identifiers = bool(row and row[0])
+            for conn, t in zip(conns, times, strict=True):
+                conn.execute(SQL, {"q": q}).fetchall()
+                t[identifiers].append(min(sb.server_ms(conn, SQL, {"q": q}) for _ in range(3)))
+    finally:
+        for conn in conns:
+            conn.close()
+    print("| database | questions | n | p50 ms | p95 ms | mean ms |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for url, t in zip(urls, times, strict=True):
+        name = url.rsplit("/", 1)[-1].split("?")[0]
+        for identifiers, values in sorted(t.items()):
+            print(
+                f"| {name} | {'identifier' if identifiers else 'plain'} | {len(values)} | "
+                f"{sb.percentile(values, 0.5):.2f} | {sb.percentile(values, 0.95):.2f} | "
+                f"{statistics.fmean(values):.2f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
