@@ -16,6 +16,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -51,7 +52,7 @@ def main() -> None:
     print("| database | questions | n | p50 ms | p95 ms | mean ms |")
     print("| --- | --- | --- | --- | --- | --- |")
     for url, t in zip(urls, times, strict=True):
-        name = url.rsplit("/", 1)[-1].split("?")[0]
+        name = urlsplit(url).path.lstrip("/") or url  # the database of a URL, else the string
         for identifiers, values in sorted(t.items()):
             print(
                 f"| {name} | {'identifier' if identifiers else 'plain'} | {len(values)} | "
