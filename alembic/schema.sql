@@ -618,6 +618,9 @@ REVOKE ALL ON FUNCTION kb.schema_version() FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.schema_version() TO kb_reader;
 GRANT ALL ON FUNCTION kb.schema_version() TO kb_writer;
 
+-- acl: FUNCTION search_relations()
+REVOKE ALL ON FUNCTION kb.search_relations() FROM PUBLIC;
+
 -- acl: FUNCTION show_document(document_id uuid)
 REVOKE ALL ON FUNCTION kb.show_document(document_id uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.show_document(document_id uuid) TO kb_reader;

@@ -712,19 +712,16 @@ def server_memory(conn: psycopg.Connection[Any]) -> dict[str, str]:
 
 
 PREWARM = """
-SELECT count(*)::int AS relations, coalesce(sum(public.pg_prewarm(r.oid)), 0)::bigint AS blocks,
-       (pg_size_pretty(coalesce(sum(pg_relation_size(r.oid)), 0)::bigint)) AS size
-  FROM (SELECT c.oid FROM pg_class c
-          JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE n.nspname = 'kb' AND c.relkind IN ('r', 'i') AND c.relname <> 'term_postings'
-        UNION ALL
-        SELECT c.reltoastrelid FROM pg_class c
-         WHERE c.oid = 'kb.chunks'::regclass AND c.reltoastrelid <> 0) r
+SELECT count(*)::int, coalesce(sum(public.pg_prewarm(r.relation)), 0)::bigint,
+       pg_size_pretty(coalesce(sum(r.bytes), 0)::bigint)
+  FROM kb.search_relations() r
 """
 
 
 def prewarm(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    """pg_prewarm (a contrib extension the server ships) over what searches read."""
+    """pg_prewarm (a contrib extension the server ships) over what searches read
+    (kb.search_relations(): the kb tables and indexes, the chunks' TOAST, not the postings'
+    heap)."""
     conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm WITH SCHEMA public")
     started = time.perf_counter()
     row = conn.execute(PREWARM).fetchone()
@@ -798,10 +795,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--prewarm",
         action="store_true",
-        help="before measuring, read the corpus's search relations into shared buffers "
-        "(pg_prewarm: chunks with their TOAST, embeddings, every index of the kb schema; not "
-        "the postings' heap, which searches never read); give the server a shared_buffers "
-        "that holds them (BENCHMARKS.md: memory)",
+        help="before measuring, read what searches read (kb.search_relations()) into shared "
+        "buffers with pg_prewarm; give the server a shared_buffers that holds it "
+        "(BENCHMARKS.md: memory)",
     )
     parser.add_argument(
         "--db-suffix",

@@ -213,6 +213,8 @@ def test_grant_grants_and_revoke_from_the_command_line(kb: Kb) -> None:
     status = _json(kb.run("db", "status", "--json", url=kb.reader_url))
     hr_docs = next(c["documents"] for c in as_reader if c["name"] == "hr")
     assert status["documents"] == hr_docs and status["embeddings"] is None, status
+    # nor may it learn the sizes of what searches read (they count every collection)
+    assert "search_reads" not in status and "shared_buffers" not in status, status
     asked = kb.run("search", "readme", "--mode", "keyword", "--collection", "eng",
                    url=kb.reader_url)  # fmt: skip
     assert asked.exit_code == 2 and "no collection 'eng'" in asked.stderr

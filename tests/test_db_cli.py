@@ -27,6 +27,37 @@ def test_upgrade_then_status_on_an_empty_database(empty_db_url: str, tmp_path: P
     assert data["pgvector"] and data["documents"] == 0
     assert data["embedded"] is False
     assert run(["db", "url"], env).stdout.strip() == empty_db_url
+    # what searches read, against shared_buffers: an empty knowledge base fits, so no hint
+    with psycopg.connect(empty_db_url) as conn:
+        row = conn.execute(
+            "SELECT pg_size_pretty(sum(bytes)::bigint),"
+            " pg_size_pretty(pg_size_bytes(current_setting('shared_buffers')))"
+            " FROM kb.search_relations()"
+        ).fetchone()
+    assert row is not None
+    assert (data["search_reads"], data["shared_buffers"]) == row
+    assert "memory_hint" not in data
+
+
+def test_status_says_when_shared_buffers_cannot_hold_what_searches_read(
+    conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comparison itself, with sizes a test database cannot reach (6.9 GB read against the
+    default 128 MB, as a million-chunk corpus measured): the hint names the guide's section."""
+    from loader.db import queries, status
+
+    monkeypatch.setattr(
+        queries,
+        "SEARCH_MEMORY",
+        "SELECT 7205000000::bigint, 134217728::bigint, '6871 MB', '128 MB'",
+    )
+    out = status._memory(conn)
+    assert out["search_reads"] == "6871 MB" and out["shared_buffers"] == "128 MB"
+    assert "Memory for a large corpus" in out["memory_hint"]
+    monkeypatch.setattr(
+        queries, "SEARCH_MEMORY", "SELECT 1::bigint, 134217728::bigint, '1 bytes', '128 MB'"
+    )
+    assert "memory_hint" not in status._memory(conn)
 
 
 def test_unreachable_database_is_one_clear_message(tmp_path: Path) -> None:

@@ -64,9 +64,10 @@ def test_unknown_generator_is_named(real: np.ndarray) -> None:
 
 
 def test_prewarm_reads_what_searches_read(db_url: str) -> None:
-    """--prewarm loads the kb schema's tables and indexes (and the chunks' TOAST) into shared
-    buffers, but not the postings' heap, which keyword searches never read (index-only scans);
-    the run records the memory settings it was measured with."""
+    """--prewarm loads every block of kb.search_relations() into shared buffers: the kb schema's
+    tables and indexes and the chunks' TOAST table, not the postings' heap, which keyword
+    searches never read (index-only scans); the run records the memory settings it was
+    measured with."""
     import psycopg
 
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -74,18 +75,15 @@ def test_prewarm_reads_what_searches_read(db_url: str) -> None:
         assert set(memory) == {"shared_buffers", "effective_cache_size", "work_mem", "huge_pages"}
         assert memory["shared_buffers"].endswith(("kB", "MB", "GB"))
         out = sb.prewarm(conn)
-        warmed = conn.execute(
-            "SELECT count(*), sum(pg_relation_size(c.oid)) / current_setting('block_size')::int"
-            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = 'kb' AND c.relkind IN ('r', 'i') AND c.relname <> 'term_postings'"
-        ).fetchone()
-        toast = conn.execute(
-            "SELECT pg_relation_size(reltoastrelid) / current_setting('block_size')::int"
-            " FROM pg_class WHERE oid = 'kb.chunks'::regclass"
-        ).fetchone()
-        assert warmed is not None and toast is not None
-        # every kb table and index, plus the chunks' TOAST table, every block of them
-        assert out["relations"] == warmed[0] + 1
-        assert out["blocks"] == warmed[1] + toast[0]
+        rows = conn.execute(
+            "SELECT relation::text, bytes / current_setting('block_size')::int"
+            " FROM kb.search_relations()"
+        ).fetchall()
+        names = {name for name, _ in rows}
+        assert "kb.chunks" in names and "kb.chunks_tsv_idx" in names
+        assert "kb.term_postings_pkey" in names and "kb.term_postings" not in names
+        assert any(name.startswith("pg_toast.") for name in names)
+        assert out["relations"] == len(rows)
+        assert out["blocks"] == sum(blocks for _, blocks in rows)
         again = sb.prewarm(conn)  # the extension exists now: a second run is the same
         assert again["relations"] == out["relations"]

@@ -576,6 +576,13 @@ INGEST_RUN_END = "SELECT kb.ingest_run_end(%s, %s::jsonb)"
 KB_STATS = "SELECT kb.stats(%s)"
 """One jsonb value (documents, models, categories, tables, indexes, last runs)."""
 
+SEARCH_MEMORY = """
+SELECT r.total, pg_size_bytes(current_setting('shared_buffers')),
+       pg_size_pretty(r.total), pg_size_pretty(pg_size_bytes(current_setting('shared_buffers')))
+  FROM (SELECT coalesce(sum(s.bytes), 0)::bigint AS total FROM kb.search_relations() s) r
+"""
+"""What searches read (kb.search_relations) against shared_buffers, in bytes and for people."""
+
 INTERVAL_TEXT = "SELECT %s::interval::text"
 STALE_DOCUMENTS = """
 SELECT document_id, source_uri, title, category, updated_at, age::text AS age, chunks

@@ -31,6 +31,7 @@ def schema_status(settings: Settings) -> dict[str, Any]:
         }
         if revision is not None:
             status.update(_counts(conn))
+            status.update(_memory(conn))
         return status
     finally:
         conn.close()
@@ -53,9 +54,7 @@ def _counts(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     # a reader granted only some collections gets no model coverage (it counts the others)
     models = stats.get("models") or []
     embeddings = (
-        sum(int(m.get("embeddings") or 0) for m in models if m.get("is_active"))
-        if models
-        else None
+        sum(int(m.get("embeddings") or 0) for m in models if m.get("is_active")) if models else None
     )
     return {
         "documents": stats.get("documents"),
@@ -64,3 +63,27 @@ def _counts(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "active_model": f"{active['name']} ({active['dims']} dims)" if active else None,
         "access": "read (figures from kb.stats)",
     }
+
+
+MEMORY_HINT = (
+    "shared_buffers holds less than what searches read, so a warm corpus is copied from the "
+    "operating system's cache page by page: see the scaling guide, 'Memory for a large corpus'"
+)
+
+
+def _memory(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """The size of what searches read (``kb.search_relations()``) and the server's
+    ``shared_buffers``, with a hint when the pool cannot hold it. Only the tables' owner may
+    read the sizes (they would tell a reader of some collections how large the others are), and
+    a schema older than the function has none: both get nothing here."""
+    try:
+        row = conn.execute(queries.SEARCH_MEMORY).fetchone()
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction):
+        conn.rollback()
+        return {}
+    assert row is not None
+    reads, buffers, reads_shown, buffers_shown = row
+    out: dict[str, Any] = {"search_reads": reads_shown, "shared_buffers": buffers_shown}
+    if int(reads) > int(buffers):
+        out["memory_hint"] = MEMORY_HINT
+    return out
