@@ -193,6 +193,8 @@ def _read_only_function_calls(conn: psycopg.Connection[Any], query: list[float])
         "collection_readable": "SELECT kb.collection_readable('default')",
         "collection_list": "SELECT * FROM kb.collection_list()",
         "term_df": "SELECT * FROM kb.term_df(ARRAY['standbi'])",
+        # what pgkb db status compares with shared_buffers (the owner's call)
+        "search_relations": "SELECT * FROM kb.search_relations()",
     }
 
 
