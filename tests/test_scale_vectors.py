@@ -61,29 +61,3 @@ def test_spread_stays_in_its_sources_neighbourhood(real: np.ndarray) -> None:
 def test_unknown_generator_is_named(real: np.ndarray) -> None:
     with pytest.raises(ValueError, match=r"'jitter'.*spread, noise, smote"):
         sb.synthetic_vectors(400, N_TEXTS, real, "jitter")
-
-
-def test_prewarm_reads_what_searches_read(db_url: str) -> None:
-    """--prewarm loads every block of kb.search_relations() into shared buffers: the kb schema's
-    tables and indexes and the chunks' TOAST table, not the postings' heap, which keyword
-    searches never read (index-only scans); the run records the memory settings it was
-    measured with."""
-    import psycopg
-
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        memory = sb.server_memory(conn)
-        assert set(memory) == {"shared_buffers", "effective_cache_size", "work_mem", "huge_pages"}
-        assert memory["shared_buffers"].endswith(("kB", "MB", "GB"))
-        out = sb.prewarm(conn)
-        rows = conn.execute(
-            "SELECT relation::text, bytes / current_setting('block_size')::int"
-            " FROM kb.search_relations()"
-        ).fetchall()
-        names = {name for name, _ in rows}
-        assert "kb.chunks" in names and "kb.chunks_tsv_idx" in names
-        assert "kb.term_postings_pkey" in names and "kb.term_postings" not in names
-        assert any(name.startswith("pg_toast.") for name in names)
-        assert out["relations"] == len(rows)
-        assert out["blocks"] == sum(blocks for _, blocks in rows)
-        again = sb.prewarm(conn)  # the extension exists now: a second run is the same
-        assert again["relations"] == out["relations"]
