@@ -2,7 +2,10 @@
 for each query, each database's connection calls kb.keyword_search once to warm it and then three
 times, its best server-side time kept (EXPLAIN (ANALYZE, TIMING OFF)); the databases alternate,
 so a load that comes and goes falls on both alike. Plain questions and identifier questions (the
-leg reads their candidates' content too) are reported apart.
+leg reads their candidates' content too) are reported apart. It also counts the queries whose
+results differ between the two databases (the keyword leg's top 20 with scores and ranks, and
+kb.hybrid_search at its defaults with the cached query vector): two copies of one corpus stored
+differently must give none.
 
     python bench/keyword_ab_databases.py QUERIES_JSON N_QUERIES URL_A URL_B
 
@@ -22,21 +25,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import scale_bench as sb
+from pgvector import Vector
 
 SQL = "SELECT * FROM kb.keyword_search(%(q)s, 20)"
+SAME = (
+    "SELECT chunk_id, score, rank FROM kb.keyword_search(%(q)s, 20)",
+    "SELECT chunk_id, score, vector_rank, keyword_rank FROM kb.hybrid_search(%(q)s, %(v)s)",
+)
 
 
 def main() -> None:
     from loader.db.connect import connect
 
     queries_file, n, urls = sys.argv[1], int(sys.argv[2]), sys.argv[3:5]
-    queries = json.loads(Path(queries_file).read_text())["queries"][:n]
+    cache = json.loads(Path(queries_file).read_text())
+    queries = cache["queries"][:n]
+    vectors = [Vector(v) for v in cache["vectors"][:n]]
+    differ = 0
     conns = [connect(url, autocommit=True) for url in urls]
     try:
         for conn in conns:
             sb.prewarm(conn)
         times: list[dict[bool, list[float]]] = [{True: [], False: []} for _ in urls]
-        for q in queries:
+        for q, v in zip(queries, vectors, strict=True):
+            results = [
+                [conn.execute(sql, {"q": q, "v": v}).fetchall() for sql in SAME] for conn in conns
+            ]
+            differ += results[0] != results[1]
             row = (
                 conns[0]
                 .execute("SELECT identifiers IS NOT NULL FROM kb.search_query(%s)", (q,))
@@ -59,6 +74,7 @@ def main() -> None:
                 f"{sb.percentile(values, 0.5):.2f} | {sb.percentile(values, 0.95):.2f} | "
                 f"{statistics.fmean(values):.2f} |"
             )
+    print(f"\nresults differ between the databases for {differ} of {len(queries)} queries")
 
 
 if __name__ == "__main__":
