@@ -2,7 +2,7 @@
 -- to. Read it to see every table, index, trigger, role and grant at once; the functions are in
 -- sql_functions/, one file each. Generated from a freshly migrated database by
 -- `python -m loader.devtools.schema URL` (pg_dump --schema-only, cleaned); never edit by hand:
--- change the schema with a new migration, then regenerate. tests/test_schema_file.py fails when
+-- change the schema with a new migration, then regenerate. tests/sql/test_schema_file.py fails when
 -- the two differ.
 -- pg_dump major version: 18
 

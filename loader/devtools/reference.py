@@ -8,7 +8,8 @@
 - ``<!-- pgkb:sql -->``: every ``kb.`` function of ``sql_functions/``, with its header comment
   and its ``COMMENT ON FUNCTION`` text.
 
-Nothing generated is committed; ``tests/test_docs.py`` checks the built pages hold every name.
+Nothing generated is committed; ``tests/acceptance/test_docs.py`` checks the built pages hold
+every name.
 """
 
 from __future__ import annotations

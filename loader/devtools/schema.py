@@ -6,13 +6,13 @@ tables, sequences, constraints, indexes, triggers and comments, the roles ``kb_r
 ``kb_writer`` and every grant. Functions are left out: each lives in ``sql_functions/``.
 
 The file is ``pg_dump --schema-only`` of a freshly migrated database, cleaned (no session
-``SET``\\ s, no owners, no function bodies), so ``tests/test_schema_file.py`` can compare it with
-a database migrated to head and fail when a migration changes the schema without it. To rewrite
+``SET``\\ s, no owners, no function bodies), so ``tests/sql/test_schema_file.py`` can compare it
+with a database migrated to head and fail when a migration changes the schema without it. To rewrite
 it after adding a migration::
 
     python -m loader.devtools.schema postgresql://.../a_freshly_migrated_database
 
-(or ``WRITE_SCHEMA_SQL=1 python -m pytest tests/test_schema_file.py``, which migrates one).
+(or ``WRITE_SCHEMA_SQL=1 python -m pytest tests/sql/test_schema_file.py``, which migrates one).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ HEADER = """\
 -- to. Read it to see every table, index, trigger, role and grant at once; the functions are in
 -- sql_functions/, one file each. Generated from a freshly migrated database by
 -- `python -m loader.devtools.schema URL` (pg_dump --schema-only, cleaned); never edit by hand:
--- change the schema with a new migration, then regenerate. tests/test_schema_file.py fails when
+-- change the schema with a new migration, then regenerate. tests/sql/test_schema_file.py fails when
 -- the two differ.
 -- pg_dump major version: {major}
 """

@@ -42,7 +42,7 @@ BASELINE_FILE = Path(__file__).resolve().parent.parent.parent / "eval" / "baseli
 FORMAT = 2
 ABOUT = (
     "Recorded by `pgkb eval --record-baseline` (or `python -m loader.evaluation.baseline "
-    "record`); checked by tests/test_eval_baseline.py and `pgkb eval --check-baseline`. "
+    "record`); checked by tests/acceptance/test_eval_baseline.py and `pgkb eval --check-baseline`. "
     "Documentation: 'The eval gate' (docs/guides/evaluation.md)."
 )
 

@@ -2,8 +2,8 @@
 
 An edge of ``kb.document_relations`` says how one document relates to another. The table's CHECK
 constraint and ``kb.explore_graph`` (``sql_functions/explore_graph.sql``) list the same types in
-SQL; ``tests/test_relation_types.py`` checks that they agree with :data:`RELATION_TYPES`. Imports
-nothing, so ``pgkb graph --help`` stays instant.
+SQL; ``tests/unit/test_relation_types.py`` checks that they agree with
+:data:`RELATION_TYPES`. Imports nothing, so ``pgkb graph --help`` stays instant.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def function_drift(conn: psycopg.Connection[Any]) -> list[str]:
     """Names of kb functions that differ from their file (or are missing, extra, overloaded).
 
     Re-runs every file of sql_functions/ in a transaction that is rolled back, and compares
-    ``pg_get_functiondef`` before and after (as tests/test_migrations.py does)."""
+    ``pg_get_functiondef`` before and after (as tests/sql/test_migrations.py does)."""
     from loader.resources import function_files
 
     files = function_files()

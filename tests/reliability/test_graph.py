@@ -13,7 +13,7 @@ import psycopg
 
 from loader.ingest.pipeline import ingest_paths
 from tests.fake_openai import FakeOpenAI, Reply, Request, chat_reply
-from tests.test_graph_ingest import _chat, _corpus, _edges, _prompt, _settings, page
+from tests.ingest.test_graph_ingest import _chat, _corpus, _edges, _prompt, _settings, page
 
 
 def _model(relations: dict[str, list[dict[str, str]]]) -> Any:

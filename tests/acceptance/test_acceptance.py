@@ -7,7 +7,7 @@
 - hybrid recall@5 on eval/questions.json is at least 0.8.
 
 The corpus is ingested once per session (``sample_kb`` in conftest.py) and the eval runs once
-(``sample_eval``), shared with tests/test_eval_baseline.py.
+(``sample_eval``), shared with tests/acceptance/test_eval_baseline.py.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-EVAL = Path(__file__).resolve().parent.parent / "eval"
+EVAL = Path(__file__).resolve().parents[2] / "eval"
 
 
 def _ids(*paths: Path) -> list[str]:

@@ -246,7 +246,7 @@ def test_extraction_time_and_text_size_are_bounded(
     """No wall-clock race: the slow file never finishes (it waits forever in its worker), so the
     small files have the whole 5 s each, however loaded the machine."""
     from loader.ingest import pipeline
-    from tests.test_reliability_extract import hang_on_hang_files
+    from tests.reliability.test_extract import hang_on_hang_files
 
     monkeypatch.setattr(pipeline, "EXTRACT", hang_on_hang_files)
     root = tmp_path / "docs"

@@ -2,7 +2,7 @@
 database of its own on the same server, and ``pgkb quickstart --remove`` drops it (only it).
 
 The bundled sample is replaced by two small pages here (the whole sample is ingested by
-``tests/test_ingest.py::test_quickstart_ingests_the_sample_corpus``), embedded by the fake
+``tests/ingest/test_ingest.py::test_quickstart_ingests_the_sample_corpus``), embedded by the fake
 OpenAI-compatible server, so these tests take seconds.
 """
 

@@ -2,7 +2,7 @@
 triggers, roles and grants (``pg_dump --schema-only``, cleaned; functions are in
 ``sql_functions/``). A migration that changes the schema without regenerating the file fails here.
 
-Regenerate: ``WRITE_SCHEMA_SQL=1 python -m pytest tests/test_schema_file.py``.
+Regenerate: ``WRITE_SCHEMA_SQL=1 python -m pytest tests/sql/test_schema_file.py``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_schema_file_matches_a_freshly_migrated_database(db_url: str, pg_dump: s
     )
     assert text == expected, (
         "alembic/schema.sql differs from a database migrated to head; regenerate it with "
-        "WRITE_SCHEMA_SQL=1 python -m pytest tests/test_schema_file.py\n" + diff
+        "WRITE_SCHEMA_SQL=1 python -m pytest tests/sql/test_schema_file.py\n" + diff
     )
 
 

@@ -29,7 +29,7 @@ NEIGHBOURS = {
 
 
 def test_result_module_reads_no_database() -> None:
-    source = Path(__file__).resolve().parent.parent / "loader" / "answer" / "result.py"
+    source = Path(__file__).resolve().parents[2] / "loader" / "answer" / "result.py"
     imported = {
         alias.name if isinstance(node, ast.Import) else (node.module or "")
         for node in ast.walk(ast.parse(source.read_text(encoding="utf-8")))

@@ -27,7 +27,7 @@ from tests.serve_fixtures import ServeKb, serve_kb  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {"search", "ask", "read_document", "neighbor_chunks", "explore_graph", "list_documents"}
 FURNITURE = "Who covers the cost of furniture for my home workspace?"
 

@@ -22,7 +22,7 @@ import pytest
 from loader.devtools.reference import MARKERS, cli_commands, sql_functions
 from loader.settings import ENV_PREFIX, Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 200
 
 

@@ -12,7 +12,7 @@ import psycopg
 
 from loader.graph.relations import RELATION_TYPES
 
-EXPLORE_GRAPH = Path(__file__).resolve().parent.parent / "sql_functions" / "explore_graph.sql"
+EXPLORE_GRAPH = Path(__file__).resolve().parents[2] / "sql_functions" / "explore_graph.sql"
 
 
 def _valid_types(function_source: str) -> list[str]:

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.test_ops_roles import _login, kb, login_role, run  # noqa: F401 (fixtures)
+from tests.ops.test_roles import _login, kb, login_role, run  # noqa: F401 (fixtures)
 
 
 def test_the_role_timeouts_are_advisory(

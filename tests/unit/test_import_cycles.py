@@ -12,7 +12,7 @@ import ast
 from collections.abc import Mapping
 from pathlib import Path
 
-LOADER = Path(__file__).resolve().parent.parent / "loader"
+LOADER = Path(__file__).resolve().parents[2] / "loader"
 
 
 def _module_names() -> dict[str, Path]:

@@ -18,7 +18,7 @@ from click.testing import CliRunner, Result
 from loader.cli import cli
 from loader.ingest.writer import INGEST_LOCK_KEY
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=3"
 
 
