@@ -27,6 +27,20 @@ from loader.settings import Settings, load_settings
 from tests.helpers import create_database, drop_database, migrate
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Give every run its own base temporary folder (unless ``--basetemp`` is given).
+
+    pytest's default, ``/tmp/pytest-of-<user>``, is shared by concurrent runs of one user: each run
+    prunes older runs' folders and resets the shared folder to mode 0700 when it starts. As root,
+    the embedded server runs as its own system user and must traverse the folders above its data
+    directory, so a concurrent run made a running test's server lose its data directory."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        base = Path(tempfile.mkdtemp(prefix="pgkb-pytest-"))
+        base.chmod(0o755)
+        config.option.basetemp = str(base / "tmp")
+        config.add_cleanup(lambda: shutil.rmtree(base, ignore_errors=True))
+
+
 def _docker_answers() -> bool:
     if shutil.which("docker") is None:
         return False
