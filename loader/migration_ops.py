@@ -1,18 +1,33 @@
-"""Operations the Alembic migrations use to (re)create the SQL functions they carry.
+"""What the Alembic migrations use to apply the SQL functions of the function store.
 
-A migration embeds the full text of every function it creates or changes (``FUNCTIONS``) and the
-text each replaced (``PREVIOUS``, for downgrade), so replaying an old revision applies that
-revision's functions, never today's files in ``sql_functions/``.
+The store, ``alembic/functions/``, holds one file per function per revision that changed it:
+``alembic/functions/<name>/<revision>.sql`` is the whole text of ``kb.<name>`` as that revision
+left it, and ``<revision>.dropped`` marks a revision that removed the function. Files are only
+ever added (their SHA-256 are in ``alembic/functions/frozen.txt``). A migration names the
+functions it changes, in the order it applies them (``FUNCTIONS``):
+
+- ``upgrade_functions`` applies each one's file of that revision;
+- ``downgrade_functions`` applies each one's newest file of an older revision, or drops the
+  function when no older revision had it.
+
+Revision ids sort in chain order (``0001``, ``0002``, ...), so "older" is a comparison of file
+names. The store sits beside the migrations (``alembic/versions/`` and ``alembic/functions/``
+share a parent), wherever pgkb is installed, so a migration finds it from its own path and never
+reads ``sql_functions/``: replaying an old revision applies that revision's functions.
 
 ``replace_function`` makes ``CREATE OR REPLACE`` safe for signature changes: when PostgreSQL
 refuses to replace in place (a new return type or parameter name) the old function is dropped
 first, and when the new text adds an overload beside an older signature, the older one is
 dropped, so a file always maps to exactly one function in the database.
+
+This module is frozen like the migrations (its SHA-256 is in ``tests/sql/test_migrations.py``):
+replaying 0001 next year runs it as it is today.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -20,6 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 SCHEMA = "kb"
+DROPPED = ".dropped"  # the suffix of a store entry that removes its function
 
 
 def run_sql(conn: Connection, text: str) -> None:
@@ -71,16 +87,57 @@ def drop_function(conn: Connection, name: str) -> None:
     _drop_oids(conn, _oids(conn, name))
 
 
-def apply_functions(op: Any, functions: Mapping[str, str | None]) -> None:
-    """Apply a migration's ``FUNCTIONS`` (None = the function was removed)."""
+def store_dir(script: str) -> Path:
+    """The function store of the migration at ``script`` (``<alembic>/versions/<file>.py``):
+    ``<alembic>/functions``."""
+    return Path(script).resolve().parent.parent / "functions"
+
+
+def entry(store: Path, name: str, revision: str) -> Path:
+    """The store file revision ``revision`` wrote for ``kb.<name>``."""
+    for suffix in (".sql", DROPPED):
+        path = store / name / f"{revision}{suffix}"
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"the function store has no {name}/{revision}.sql (nor {revision}{DROPPED}) in {store}: "
+        "the migration names a function its revision did not store"
+    )
+
+
+def previous_entry(store: Path, name: str, revision: str) -> Path | None:
+    """The newest store file of ``kb.<name>`` written by a revision older than ``revision``, or
+    None when no older revision had the function."""
+    folder = store / name
+    if not folder.is_dir():
+        return None
+    older = [
+        path
+        for path in folder.iterdir()
+        if path.suffix in (".sql", DROPPED) and path.stem < revision
+    ]
+    return max(older, key=lambda path: path.stem, default=None)
+
+
+def _apply(conn: Connection, name: str, path: Path | None) -> None:
+    if path is None or path.suffix == DROPPED:
+        drop_function(conn, name)
+    else:
+        replace_function(conn, name, path.read_bytes().decode("utf-8"))
+
+
+def upgrade_functions(op: Any, script: str, revision: str, names: Sequence[str]) -> None:
+    """Apply revision ``revision``'s store file of each function of ``names``, in order."""
     conn = op.get_bind()
-    for name, text in functions.items():
-        if text is None:
-            drop_function(conn, name)
-        else:
-            replace_function(conn, name, text)
+    store = store_dir(script)
+    for name in names:
+        _apply(conn, name, entry(store, name, revision))
 
 
-def revert_functions(op: Any, previous: Mapping[str, str | None]) -> None:
-    """Undo a migration's functions from its ``PREVIOUS`` (None = did not exist before)."""
-    apply_functions(op, previous)
+def downgrade_functions(op: Any, script: str, revision: str, names: Sequence[str]) -> None:
+    """Undo revision ``revision``'s functions: each one's newest older store file, in order
+    (a function no older revision had is dropped)."""
+    conn = op.get_bind()
+    store = store_dir(script)
+    for name in names:
+        _apply(conn, name, previous_entry(store, name, revision))

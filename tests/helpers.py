@@ -5,13 +5,15 @@ hand-made 4-dimensional corpus of the answer and agent tests (``load_corpus``, `
 ``chat_settings``) and the golden 3-dimensional corpus of the search tests (``load_golden``).
 Ingestion: ``ingest_settings`` and ``settings_env`` (its PGKB_* environment; fake embeddings
 API), ``write_docs`` (a small folder of every format), ``stored_documents``, ``check_whole``
-(every document complete). Queries: ``rows`` (dicts by column name).
+(every document complete). Queries: ``rows`` (dicts by column name). SQL function files:
+``function_file_problems`` (the rules of ``sql_functions/`` and the function store).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -434,3 +436,33 @@ def write_docs(root: Path) -> None:
         text_pdf([["Backups should be tested by restoring them."]], title="Backup Guide")
     )
     (root / "image.png").write_bytes(b"\x89PNG not ingested")  # unsupported: skipped quietly
+
+
+# --- SQL function files ---------------------------------------------------------------------
+
+
+def function_file_problems(name: str, text: str) -> list[str]:
+    """What breaks the rules every function file follows (``sql_functions/<name>.sql`` and each
+    file of the function store): a header comment naming ``kb.<name>``, one
+    ``CREATE OR REPLACE FUNCTION kb.<name>(``, a pinned ``search_path``, a ``COMMENT ON
+    FUNCTION``, and clean text (no tab, carriage return or trailing space; one final newline).
+    PostgreSQL itself checks the rest: ``tests/sql/test_function_store.py`` validates every file
+    with ``check_function_bodies = on`` at its revision."""
+    problems: list[str] = []
+    if not text.startswith(f"-- kb.{name}("):
+        problems.append(f"does not start with the header comment `-- kb.{name}(...`")
+    creates = re.findall(r"CREATE OR REPLACE FUNCTION kb\.(\w+)\(", text)
+    if creates != [name]:
+        problems.append(f"must create kb.{name} and nothing else, creates {creates}")
+    if not re.search(rf"COMMENT ON FUNCTION kb\.{name}\(", text):
+        problems.append(f"lacks COMMENT ON FUNCTION kb.{name}(...)")
+    if not re.search(r"^SET search_path = ", text, re.M):
+        problems.append("does not pin its search_path (`SET search_path = ...`)")
+    for char, what in (("\t", "a tab"), ("\r", "a carriage return")):
+        if char in text:
+            problems.append(f"holds {what}")
+    if re.search(r"[ \t]\n", text):
+        problems.append("has trailing spaces")
+    if not text.endswith("\n") or text.endswith("\n\n"):
+        problems.append("must end with exactly one newline")
+    return problems

