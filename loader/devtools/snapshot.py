@@ -224,7 +224,12 @@ def downgrade() -> None:
 
 
 def _slug(message: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", message.lower()).strip("_")[:40]
+    """The file name's words: ``message`` in lower case, at most 40 characters of whole words."""
+    slug = re.sub(r"[^a-z0-9]+", "_", message.lower()).strip("_")
+    if len(slug) <= 40:
+        return slug
+    cut = slug[:41]
+    return cut.rsplit("_", 1)[0] if "_" in cut else slug[:40]
 
 
 def _next_revision(chain: Sequence[Migration]) -> str:
@@ -243,8 +248,8 @@ def new_revision(alembic: Path, message: str, current: dict[str, str]) -> int:
     revision = _next_revision(chain)
     down = chain[-1].revision if chain else None
     write_store_files(store, revision, names, current)
-    path = versions_dir / f"{revision}_{_slug(message)}.py"
     first, *rest = message.strip().splitlines() or ["update SQL functions"]
+    path = versions_dir / f"{revision}_{_slug(first)}.py"
     path.write_text(
         TEMPLATE.format(
             message="\n".join([first, *rest]),
