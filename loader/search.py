@@ -24,7 +24,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from loader.db import queries
-from loader.errors import ModelMismatchError, PgkbError
+from loader.errors import PgkbError, database_error
 from loader.filters import SearchFilters
 from loader.settings import Settings
 
@@ -181,14 +181,17 @@ def search(
         with conn.cursor(row_factory=class_row(SearchHit)) as cur:
             cur.execute(statement, params, prepare=False)
             hits = cur.fetchall()
-    except (psycopg.DataError, psycopg.errors.NoDataFound) as exc:
+    except psycopg.Error as exc:
+        # by code: pgkb's own (a model the database does not know or of other dimensions is a
+        # ModelMismatchError, see loader.errors.SQLSTATES), or PostgreSQL's data exceptions
+        error = database_error(exc)
+        if error is None and not isinstance(exc, psycopg.DataError):
+            raise
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
             conn.rollback()
-        message = exc.diag.message_primary or str(exc)
-        hint = exc.diag.message_hint
-        if "dimensions" in message or "is not registered" in message:
-            raise ModelMismatchError(message, hint=hint) from None
-        raise PgkbError(message, hint=hint) from None
+        if error is None:
+            error = PgkbError(exc.diag.message_primary or str(exc), hint=exc.diag.message_hint)
+        raise error from None
     if reranker is not None:
         return rerank_hits(reranker, query_text, hits, wanted, notes)
     return hits

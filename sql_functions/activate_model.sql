@@ -3,9 +3,9 @@
 -- Makes the registered model (model_name, model_dims) the active one, atomically: queries that
 -- do not name a model use the active model's embeddings from the moment this commits. Used to
 -- switch to a new model after all chunks were embedded with it beside the old one (pgkb reembed),
--- and to switch back. Refuses (object_not_in_prerequisite_state) while some chunks have no
+-- and to switch back. Refuses (PK013) while some chunks have no
 -- embedding of the model, naming how many: a search through it would silently miss them.
--- Returns the model id; raises when the model is not registered. EXECUTE for kb_writer only.
+-- Returns the model id; raises PK010 when the model is not registered. EXECUTE for kb_writer only.
 CREATE OR REPLACE FUNCTION kb.activate_model(model_name text, model_dims integer)
 RETURNS integer
 LANGUAGE plpgsql
@@ -21,7 +21,7 @@ BEGIN
        FOR UPDATE;
     IF target IS NULL THEN
         RAISE EXCEPTION 'embedding model % (% dims) is not registered', model_name, model_dims
-            USING ERRCODE = 'no_data_found', HINT = 'register it with kb.register_model first';
+            USING ERRCODE = 'PK010', HINT = 'register it with kb.register_model first';
     END IF;
     SELECT count(*) INTO missing
       FROM kb.chunks c
@@ -30,7 +30,7 @@ BEGIN
     IF missing > 0 THEN
         RAISE EXCEPTION 'embedding model % (% dims) cannot be activated: % chunk(s) have no embedding of it',
             model_name, model_dims, missing
-            USING ERRCODE = 'object_not_in_prerequisite_state',
+            USING ERRCODE = 'PK013',
                   HINT = format('run `pgkb reembed --model %s` first', model_name);
     END IF;
     UPDATE kb.embedding_models SET is_active = false WHERE is_active AND id <> target;

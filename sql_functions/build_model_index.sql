@@ -8,8 +8,8 @@
 -- hnsw_m (2..100) and hnsw_ef_construction (4..1000, at least 2 * m): HNSW build parameters;
 -- NULL = pgvector's defaults (16, 64). Returns the index name, or NULL for a model of more than
 -- 2,000 dimensions (pgvector indexes at most 2,000; such a model is searched exactly, with a
--- NOTICE). Used by kb.register_model, and after a bulk load that dropped the index. Raises for
--- an unknown model id or out-of-range parameters. EXECUTE for kb_writer only.
+-- NOTICE). Used by kb.register_model, and after a bulk load that dropped the index. Raises PK020 for
+-- an unknown model id, PK001 for out-of-range parameters. EXECUTE for kb_writer only.
 CREATE OR REPLACE FUNCTION kb.build_model_index(
     model_id integer,
     hnsw_m integer DEFAULT NULL,
@@ -26,18 +26,18 @@ DECLARE
 BEGIN
     SELECT em.id, em.name, em.dims INTO m FROM kb.embedding_models em WHERE em.id = model_id;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'no embedding model has id %', model_id USING ERRCODE = 'no_data_found';
+        RAISE EXCEPTION 'no embedding model has id %', model_id USING ERRCODE = 'PK020';
     END IF;
     IF hnsw_m IS NOT NULL AND (hnsw_m < 2 OR hnsw_m > 100) THEN
         RAISE EXCEPTION 'hnsw_m must be between 2 and 100, got %', hnsw_m
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'PK001';
     END IF;
     IF hnsw_ef_construction IS NOT NULL AND (hnsw_ef_construction < 4
             OR hnsw_ef_construction > 1000
             OR hnsw_ef_construction < 2 * coalesce(hnsw_m, 16)) THEN
         RAISE EXCEPTION 'hnsw_ef_construction must be between 4 and 1000 and at least 2 * m (%), got %',
             2 * coalesce(hnsw_m, 16), hnsw_ef_construction
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'PK001';
     END IF;
     IF m.dims > 2000 THEN
         RAISE NOTICE 'model % has % dimensions; HNSW indexes at most 2000, searches will be exact',

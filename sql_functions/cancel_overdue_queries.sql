@@ -9,7 +9,7 @@
 -- SET to 0 (or change for itself with ALTER ROLE); this bound holds whatever the session set.
 -- Run it from a scheduler as the database owner or a member of pg_signal_backend, e.g. every
 -- 30 s with pg_cron. A NULL or non-positive max_runtime, or an unknown role, raise
--- invalid_parameter_value. VOLATILE (it signals backends); EXECUTE for nobody but the owner.
+-- PK001 (invalid argument). VOLATILE (it signals backends); EXECUTE for nobody but the owner.
 CREATE OR REPLACE FUNCTION kb.cancel_overdue_queries(
     max_runtime interval,
     member_of name DEFAULT 'kb_reader')
@@ -26,11 +26,11 @@ BEGIN
     IF max_runtime IS NULL OR max_runtime <= interval '0' THEN
         RAISE EXCEPTION 'max_runtime must be a positive interval, got %',
             coalesce(max_runtime::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'e.g. interval ''30 seconds''';
+            USING ERRCODE = 'PK001', HINT = 'e.g. interval ''30 seconds''';
     END IF;
     IF member_of IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = member_of) THEN
         RAISE EXCEPTION 'no role named %', coalesce(quote_ident(member_of), 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'PK001';
     END IF;
     RETURN QUERY
     SELECT a.pid, a.usename, pg_catalog.clock_timestamp() - a.query_start,

@@ -7,7 +7,7 @@
 --      empty = no narrowing). Any role may set it, and it only ever narrows;
 --   3. requested (NULL or empty = no narrowing).
 -- Every name in 2 and 3 must exist and be readable by the caller, and every name in 3 must be
--- within 2; otherwise invalid_parameter_value, with the same message whether the collection
+-- within 2; otherwise PK030, with the same message whether the collection
 -- does not exist or the caller may not read it, so the error does not tell whether a collection
 -- the caller cannot read exists. Returns NULL when the result is every collection with no
 -- restriction (a caller who reads everything, no session collections, none requested),
@@ -48,7 +48,7 @@ BEGIN
     IF FOUND THEN
         RAISE EXCEPTION 'no collection % that role % may read',
             coalesce(pg_catalog.quote_literal(bad), 'NULL'), session_user
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'PK030',
                   HINT = 'pgkb collections lists the collections you may read; pgkb db grant ROLE --read --collection NAME gives one';
     END IF;
     IF wanted IS NOT NULL AND session_names IS NOT NULL THEN
@@ -57,7 +57,7 @@ BEGIN
         IF FOUND THEN
             RAISE EXCEPTION 'collection % is outside this session''s collections (%)',
                 pg_catalog.quote_literal(bad), pg_catalog.array_to_string(session_names, ', ')
-                USING ERRCODE = 'invalid_parameter_value',
+                USING ERRCODE = 'PK030',
                       HINT = 'ask for one of them, or leave collections out';
         END IF;
     END IF;

@@ -10,7 +10,7 @@
 -- source_uri. What `pgkb docs list`, the reader agent's document checks and the MCP server's
 -- list_documents read. max_results is clamped to 1..10,000 (NULL acts as 1,000): bounded work
 -- for kb_reader, which has no table privilege. A bad filters object raises
--- invalid_parameter_value. Reads only (STABLE).
+-- PK001 (invalid argument). Reads only (STABLE).
 CREATE OR REPLACE FUNCTION kb.document_list(
     filters jsonb DEFAULT '{}'::jsonb,
     document_ids uuid[] DEFAULT NULL,

@@ -6,7 +6,7 @@
 -- finally block). While the index is missing, kb.vector_search still answers, exactly, by a
 -- sequential scan of the model's rows. Returns {"index": name, "m": m, "ef_construction": ef},
 -- the dropped index's build parameters (null when it used pgvector's defaults) so that the caller
--- rebuilds it as it was; NULL when the model has no index (nothing dropped). Raises no_data_found
+-- rebuilds it as it was; NULL when the model has no index (nothing dropped). Raises PK020
 -- for an unknown model id, and lock_not_available when the exclusive lock DROP INDEX takes on
 -- kb.embeddings is not granted within 5 s (lock_timeout: a long transaction must not queue every
 -- search behind the drop; the caller then loads row by row). EXECUTE for kb_writer only.
@@ -23,7 +23,7 @@ DECLARE
     options jsonb;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM kb.embedding_models em WHERE em.id = model_id) THEN
-        RAISE EXCEPTION 'no embedding model has id %', model_id USING ERRCODE = 'no_data_found';
+        RAISE EXCEPTION 'no embedding model has id %', model_id USING ERRCODE = 'PK020';
     END IF;
     index_name := 'embeddings_hnsw_model_' || model_id;
     SELECT i.reloptions INTO index_options

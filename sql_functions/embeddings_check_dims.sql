@@ -2,7 +2,7 @@
 --
 -- Refuses an embedding whose dimension differs from the dimension registered for its model in
 -- kb.embedding_models, so that no vector can ever sit beside vectors of another shape in the
--- same model's space. Returns NEW when the dimensions agree; raises otherwise.
+-- same model's space. Returns NEW when the dimensions agree; raises PK012 otherwise.
 CREATE OR REPLACE FUNCTION kb.embeddings_check_dims()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -18,7 +18,7 @@ BEGIN
     IF expected IS NOT NULL AND public.vector_dims(NEW.embedding) <> expected THEN
         RAISE EXCEPTION 'embedding for chunk % has % dimensions, but model % (id %) has %',
             NEW.chunk_id, public.vector_dims(NEW.embedding), model_name, NEW.model_id, expected
-            USING ERRCODE = 'data_exception',
+            USING ERRCODE = 'PK012',
                   HINT = 'embed with the registered model, or register the new model first';
     END IF;
     RETURN NEW;

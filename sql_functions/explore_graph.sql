@@ -22,7 +22,7 @@
 -- catalogue with the edges among its documents. Rows are ordered by distance, title,
 -- document_id and limited to max_results (1..500). Cycles never loop (each document is visited
 -- once). The walk stops at the hop where max_results documents are reached (farther ones could
--- not be returned), so a dense graph is not collected whole. Raises invalid_parameter_value for max_depth NULL or outside 1..3, max_results outside
+-- not be returned), so a dense graph is not collected whole. Raises PK001 (invalid argument) for max_depth NULL or outside 1..3, max_results outside
 -- 1..500, an unknown or empty list of relation types, both start_document and query_text, or a
 -- bad filters object. An unknown or filtered-out start document returns no rows. Reads only
 -- (STABLE, no temporary tables), so it runs on hot standbys.
@@ -68,19 +68,19 @@ DECLARE
 BEGIN
     IF max_depth IS NULL OR max_depth < 1 OR max_depth > 3 THEN
         RAISE EXCEPTION 'max_depth must be between 1 and 3, got %', coalesce(max_depth::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'PK001',
                   HINT = 'the graph is walked at most 3 hops from the start document';
     END IF;
     IF max_results IS NULL OR max_results < 1 OR max_results > 500 THEN
         RAISE EXCEPTION 'max_results must be between 1 and 500, got %',
             coalesce(max_results::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'PK001';
     END IF;
     IF relation_types IS NOT NULL THEN
         IF pg_catalog.cardinality(relation_types) = 0 THEN
             RAISE EXCEPTION 'relation_types is empty; give NULL for all types or some of: %',
                 pg_catalog.array_to_string(valid_types, ', ')
-                USING ERRCODE = 'invalid_parameter_value';
+                USING ERRCODE = 'PK001';
         END IF;
         SELECT t INTO bad FROM pg_catalog.unnest(relation_types) AS t
          WHERE t IS NULL OR NOT (t = ANY (valid_types)) LIMIT 1;
@@ -88,13 +88,13 @@ BEGIN
             RAISE EXCEPTION 'unknown relation type %; valid types are: %',
                 coalesce(pg_catalog.quote_literal(bad), 'NULL'),
                 pg_catalog.array_to_string(valid_types, ', ')
-                USING ERRCODE = 'invalid_parameter_value';
+                USING ERRCODE = 'PK001';
         END IF;
     END IF;
     types := coalesce(relation_types, valid_types);
     IF start_document IS NOT NULL AND query_text IS NOT NULL THEN
         RAISE EXCEPTION 'give start_document or query_text, not both'
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'PK001',
                   HINT = 'neither returns the catalogue of documents';
     END IF;
     f := kb.search_filters(filters);

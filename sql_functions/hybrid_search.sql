@@ -41,7 +41,7 @@
 -- max_per_document keeps at most that many chunks of one document (its best ones), so several
 -- chunks of one long page cannot crowd the other pages out of the match_count rows; NULL (the
 -- default) keeps every chunk; values below 1 raise. A weight that is negative, NULL, NaN or
--- infinite raises (invalid_parameter_value). ef_search is passed to kb.vector_search
+-- infinite raises (PK001, invalid argument). ef_search is passed to kb.vector_search
 -- (HNSW candidate list size; NULL: its default).
 -- Each row carries both retrievers' ranks and raw scores (vector_similarity = cosine similarity,
 -- keyword_score = BM25 or ts_rank, see keyword_ranking), NULL where a chunk was not in that list,
@@ -100,7 +100,7 @@ DECLARE
 BEGIN
     IF rrf_k IS NULL OR rrf_k < 0 THEN
         RAISE EXCEPTION 'rrf_k must be >= 0, got %', coalesce(rrf_k::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'PK001';
     END IF;
     -- finite and >= 0: NaN sorts above every number in PostgreSQL, so "NaN < 0" is false and a
     -- NaN weight would make every score NaN (the order arbitrary); NULL fails the test too
@@ -110,12 +110,12 @@ BEGIN
             AND exact_keyword_weight < 'Infinity'::double precision) IS TRUE THEN
         RAISE EXCEPTION 'weights must be finite and >= 0, got vector_weight=%, keyword_weight=%, exact_keyword_weight=%',
             vector_weight, keyword_weight, exact_keyword_weight
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'PK001';
     END IF;
     IF keyword_confidence IS NULL OR keyword_confidence < 0 OR keyword_confidence > 100 THEN
         RAISE EXCEPTION 'keyword_confidence must be between 0 and 100, got %',
             coalesce(keyword_confidence::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'PK001';
     END IF;
     -- documented maxima (see COMMENT ON): a caller cannot ask for unbounded work
     match_count := least(match_count, 1000);
@@ -123,11 +123,11 @@ BEGIN
     keyword_candidates := least(keyword_candidates, 1000);
     IF max_per_document IS NOT NULL AND max_per_document < 1 THEN
         RAISE EXCEPTION 'max_per_document must be >= 1 or NULL, got %', max_per_document
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'PK001';
     END IF;
     IF lead_slot < 0 THEN
         RAISE EXCEPTION 'lead_slot must be >= 0 or NULL, got %', lead_slot
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'PK001';
     END IF;
     lead_slot := least(coalesce(lead_slot, 0), 1000);
     exact_query := coalesce((SELECT sq.strict_first FROM kb.search_query(query_text) AS sq), false);

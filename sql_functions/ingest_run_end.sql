@@ -4,7 +4,7 @@
 -- from report (the loader's run summary, `pgkb ingest --json`), the counts new, changed,
 -- unchanged, pruned, failed (a number, or an array whose length counts), chunks_written, the
 -- exit_code and aborted (why the run stopped early, or null). Missing keys leave NULL. Raises
--- no_data_found for an unknown run_id. EXECUTE for kb_writer only.
+-- PK020 for an unknown run_id. EXECUTE for kb_writer only.
 CREATE OR REPLACE FUNCTION kb.ingest_run_end(run_id bigint, report jsonb)
 RETURNS void
 LANGUAGE plpgsql
@@ -25,7 +25,7 @@ BEGIN
            error = report ->> 'aborted'
      WHERE r.id = run_id;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'no ingestion run has id %', run_id USING ERRCODE = 'no_data_found';
+        RAISE EXCEPTION 'no ingestion run has id %', run_id USING ERRCODE = 'PK020';
     END IF;
 END;
 $$;

@@ -26,7 +26,7 @@
 --      keyword_ranking 'ts_rank': PostgreSQL's ts_rank(tsv, OR-query) (no IDF, no length norm);
 --   4. ties by chunk_id.
 -- k1 < 0, b outside [0, 1], heading_weight < 0, or any of them NULL, NaN or infinite raise
--- (invalid_parameter_value).
+-- (PK001, invalid argument).
 -- Work bound, whatever the query: reading a candidate's tsv is the cost, so the candidates read
 -- and scored are found without reading any chunk's text:
 --   a. the rarest lexemes through the GIN index: while their postings together fit
@@ -107,14 +107,14 @@ BEGIN
     IF keyword_ranking IS NULL OR keyword_ranking NOT IN ('bm25', 'ts_rank') THEN
         RAISE EXCEPTION 'unknown keyword_ranking %; valid values are: bm25, ts_rank',
             coalesce(quote_literal(keyword_ranking), 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'PK001';
     END IF;
     -- finite: NaN sorts above every number in PostgreSQL, so "NaN < 0" is false; NULL fails too
     IF NOT (bm25_k1 >= 0 AND bm25_k1 < 'Infinity'::double precision
             AND bm25_b >= 0 AND bm25_b <= 1
             AND heading_weight >= 0 AND heading_weight < 'Infinity'::double precision) IS TRUE THEN
         RAISE EXCEPTION 'invalid BM25 parameters k1=%, b=%, heading_weight=% (each must be finite)', bm25_k1, bm25_b, heading_weight
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'PK001',
                   HINT = 'k1 >= 0, 0 <= b <= 1, heading_weight >= 0, all finite';
     END IF;
     f := kb.search_filters(filters);

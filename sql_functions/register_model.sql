@@ -26,15 +26,15 @@ DECLARE
     model_id integer;
 BEGIN
     IF model_name IS NULL OR btrim(model_name) = '' THEN
-        RAISE EXCEPTION 'model name must not be empty' USING ERRCODE = 'invalid_parameter_value';
+        RAISE EXCEPTION 'model name must not be empty' USING ERRCODE = 'PK001';
     END IF;
     IF model_dims IS NULL OR model_dims < 1 OR model_dims > 16000 THEN
         RAISE EXCEPTION 'model dims must be between 1 and 16000, got %', model_dims
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'PK001';
     END IF;
     IF model_config IS NULL OR jsonb_typeof(model_config) <> 'object' THEN
         RAISE EXCEPTION 'model config must be a JSON object, got %', model_config
-            USING ERRCODE = 'invalid_parameter_value';
+            USING ERRCODE = 'PK001';
     END IF;
 
     INSERT INTO kb.embedding_models (name, dims, provider, is_active, config)

@@ -12,7 +12,7 @@
 -- kb.collection_scope of the requested names (NULL = every collection and the caller may read
 -- them all; otherwise the readable ones, or the requested ones after checking each is readable),
 -- so every function applying `d.collection = ANY (f.collections)` stays within the caller's
--- grants. An unknown key, or a value of the wrong JSON type, raises invalid_parameter_value
+-- grants. An unknown key, or a value of the wrong JSON type, raises PK001 (invalid argument)
 -- naming the key and listing the valid keys; an unreadable collection raises as
 -- kb.collection_scope does. STABLE (the scope depends on the session's role).
 CREATE OR REPLACE FUNCTION kb.search_filters(
@@ -37,7 +37,7 @@ BEGIN
     END IF;
     IF jsonb_typeof(filters) <> 'object' THEN
         RAISE EXCEPTION 'filters must be a JSON object, got %', jsonb_typeof(filters)
-            USING ERRCODE = 'invalid_parameter_value',
+            USING ERRCODE = 'PK001',
                   HINT = 'valid keys: category, metadata, source, collections';
     END IF;
     FOR key, value IN SELECT f.key, f.value FROM jsonb_each(filters) AS f LOOP
@@ -52,20 +52,20 @@ BEGIN
             ELSE
                 RAISE EXCEPTION 'filter "category" must be a string or an array of strings, got %',
                     value
-                    USING ERRCODE = 'invalid_parameter_value';
+                    USING ERRCODE = 'PK001';
             END IF;
         WHEN 'metadata' THEN
             IF jsonb_typeof(value) <> 'object' THEN
                 RAISE EXCEPTION 'filter "metadata" must be a JSON object (matched by containment), got %',
                     value
-                    USING ERRCODE = 'invalid_parameter_value';
+                    USING ERRCODE = 'PK001';
             END IF;
             metadata := value;
         WHEN 'source' THEN
             IF jsonb_typeof(value) <> 'string' THEN
                 RAISE EXCEPTION 'filter "source" must be a string (a LIKE pattern on source_uri), got %',
                     value
-                    USING ERRCODE = 'invalid_parameter_value';
+                    USING ERRCODE = 'PK001';
             END IF;
             source_pattern := value #>> '{}';
         WHEN 'collections' THEN
@@ -78,11 +78,11 @@ BEGIN
             ELSE
                 RAISE EXCEPTION 'filter "collections" must be a string or an array of strings, got %',
                     value
-                    USING ERRCODE = 'invalid_parameter_value';
+                    USING ERRCODE = 'PK001';
             END IF;
         ELSE
             RAISE EXCEPTION 'unknown filter key "%"; valid keys are: category, metadata, source, collections', key
-                USING ERRCODE = 'invalid_parameter_value',
+                USING ERRCODE = 'PK001',
                       HINT = 'category: string or array of strings; metadata: object (containment); '
                              'source: LIKE pattern on source_uri; collections: string or array of strings';
         END CASE;

@@ -4,7 +4,7 @@
 -- Documents not updated (ingested new or changed) for longer than older_than, oldest first:
 -- candidates to re-check at their source or to remove (pgkb stale, pgkb remove). age is
 -- now() - updated_at; collections limits them to those collections (NULL = all). A NULL or
--- negative older_than raises invalid_parameter_value.
+-- negative older_than raises PK001 (invalid argument).
 -- Reads only (STABLE). EXECUTE for kb_writer, not for kb_reader.
 CREATE OR REPLACE FUNCTION kb.stale_documents(older_than interval, collections text[] DEFAULT NULL)
 RETURNS TABLE (
@@ -23,7 +23,7 @@ BEGIN
     IF older_than IS NULL OR older_than < interval '0' THEN
         RAISE EXCEPTION 'older_than must be a positive interval, got %',
             coalesce(older_than::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'e.g. interval ''90 days''';
+            USING ERRCODE = 'PK001', HINT = 'e.g. interval ''90 days''';
     END IF;
     RETURN QUERY
     SELECT d.id, d.source_uri, d.title, d.category, d.updated_at,

@@ -18,7 +18,7 @@
 -- figures: models, tables, indexes, total_bytes and last_runs are empty for it (they would count
 -- or name documents of collections it cannot read). Reads only (STABLE). SECURITY DEFINER,
 -- EXECUTE for kb_writer and kb_reader (pgkb stats as either role); it shows counts, sizes and
--- the run log, never document text. A bad filters object raises invalid_parameter_value.
+-- the run log, never document text. A bad filters object raises PK001 (invalid argument).
 CREATE OR REPLACE FUNCTION kb.stats(last_runs integer DEFAULT 5, filters jsonb DEFAULT '{}'::jsonb)
 RETURNS jsonb
 LANGUAGE sql

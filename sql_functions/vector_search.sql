@@ -17,7 +17,7 @@
 -- documents; min_similarity drops hits below it (ranks count the kept ones). Filter values are
 -- bound parameters, never SQL text. A NULL query_embedding returns no rows. An embedding whose
 -- dimension differs from the model's, an unknown model, or no registered model raises an error
--- naming both. Reads only (STABLE); PARALLEL UNSAFE because it sets hnsw.ef_search, which
+-- naming both (PK012, PK010, PK011). Reads only (STABLE); PARALLEL UNSAFE because it sets hnsw.ef_search, which
 -- PostgreSQL refuses during a parallel query. match_count is clamped to 1,000 and ef_search to
 -- 40..1,000 (larger values act as the maximum).
 CREATE OR REPLACE FUNCTION kb.vector_search(
@@ -61,7 +61,7 @@ BEGIN
         SELECT em.id, em.name, em.dims INTO m FROM kb.embedding_models em WHERE em.is_active;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'no embedding model is registered, so there is nothing to search by vector'
-                USING ERRCODE = 'no_data_found',
+                USING ERRCODE = 'PK011',
                       HINT = 'ingest documents first (which registers the model), or search by keyword';
         END IF;
     ELSE
@@ -77,14 +77,14 @@ BEGIN
                                                    CASE WHEN em.is_active THEN ', active' ELSE '' END),
                                             ', ' ORDER BY em.id)
                             FROM kb.embedding_models em), 'none')
-                USING ERRCODE = 'invalid_parameter_value',
+                USING ERRCODE = 'PK010',
                       HINT = 'embed the question with the model the chunks were embedded with';
         END IF;
     END IF;
     IF query_dims <> m.dims THEN
         RAISE EXCEPTION 'query embedding has % dimensions, but model % (id %) has % dimensions',
             query_dims, m.name, m.id, m.dims
-            USING ERRCODE = 'data_exception',
+            USING ERRCODE = 'PK012',
                   HINT = 'embed the question with the same model as the chunks';
     END IF;
     IF match_count IS NULL OR match_count < 1 THEN

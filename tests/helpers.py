@@ -6,25 +6,29 @@ hand-made 4-dimensional corpus of the answer and agent tests (``load_corpus``, `
 Ingestion: ``ingest_settings`` and ``settings_env`` (its PGKB_* environment; fake embeddings
 API), ``write_docs`` (a small folder of every format), ``stored_documents``, ``check_whole``
 (every document complete). Queries: ``rows`` (dicts by column name). SQL function files:
-``function_file_problems`` (the rules of ``sql_functions/`` and the function store).
+``function_file_problems`` (the rules of ``sql_functions/`` and the function store). Errors:
+``raises_code`` (a database error checked by its SQLSTATE).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+import pytest
 from pgvector import Vector
 from psycopg import sql
 
+from loader.errors import SqlState
 from loader.settings import Settings, load_settings
 from tests.pdfs import text_pdf
 
@@ -466,3 +470,18 @@ def function_file_problems(name: str, text: str) -> list[str]:
     if not text.endswith("\n") or text.endswith("\n\n"):
         problems.append("must end with exactly one newline")
     return problems
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def raises_code(
+    code: SqlState | str, match: str | None = None
+) -> Iterator[pytest.ExceptionInfo[psycopg.Error]]:
+    """Like ``pytest.raises(psycopg.Error, match=...)``, and the error's SQLSTATE is ``code``."""
+    with pytest.raises(psycopg.Error, match=match) as caught:
+        yield caught
+    assert caught.value.sqlstate == code, (
+        f"SQLSTATE {caught.value.sqlstate}, expected {code}: {caught.value}"
+    )

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import click
 
 from loader.cli.base import VERBOSE_HELP, App, accept_verbose, emit_json, setting_option
-from loader.errors import ConfigError, DatabaseError, PgkbError
+from loader.errors import ConfigError, DatabaseError, PgkbError, database_error
 from loader.safety import echo, secho
 
 __all__ = ["cli", "main"]
@@ -74,11 +74,7 @@ class PgkbGroup(click.Group):
         try:
             return super().invoke(ctx)
         except PgkbError as exc:
-            hint = exc.hint or next(
-                (h for kind, h in DEFAULT_HINTS.items() if isinstance(exc, kind)),
-                "`pgkb doctor` checks the settings, the database and the models",
-            )
-            fail(ctx, exc.message, hint, exc.exit_code)
+            fail_with(ctx, exc)
         except (click.exceptions.Exit, click.Abort):
             raise  # a command's own exit code (its output already printed), or Ctrl-C in a prompt
         except click.ClickException as exc:  # a subcommand's bad option or argument
@@ -90,6 +86,9 @@ class PgkbGroup(click.Group):
         except Exception as exc:
             import psycopg
 
+            refused = database_error(exc)  # one of pgkb's SQL functions refused, by its code
+            if refused is not None:
+                fail_with(ctx, refused)
             if isinstance(exc, psycopg.errors.InsufficientPrivilege):
                 from loader.db.connect import privilege_error
 
@@ -112,6 +111,15 @@ class PgkbGroup(click.Group):
                 "check that the server is running; `pgkb db url` shows which",
                 2,
             )
+
+
+def fail_with(ctx: click.Context, exc: PgkbError) -> NoReturn:
+    """:func:`fail` with ``exc``'s message, its hint (or its kind's default) and exit code."""
+    hint = exc.hint or next(
+        (h for kind, h in DEFAULT_HINTS.items() if isinstance(exc, kind)),
+        "`pgkb doctor` checks the settings, the database and the models",
+    )
+    fail(ctx, exc.message, hint, exc.exit_code)
 
 
 def _usage_hint(exc: click.ClickException) -> str:

@@ -6,7 +6,9 @@
   variable, default and the attribute docstring written under it in ``loader/settings.py``);
 - ``<!-- pgkb:cli -->``: every command and option of the Click tree ``loader.cli.main.cli``;
 - ``<!-- pgkb:sql -->``: every ``kb.`` function of ``sql_functions/``, with its header comment
-  and its ``COMMENT ON FUNCTION`` text.
+  and its ``COMMENT ON FUNCTION`` text;
+- ``<!-- pgkb:errors -->``: pgkb's own SQLSTATE codes (:data:`loader.errors.SQLSTATES`), with
+  the functions of ``sql_functions/`` that raise each.
 
 Nothing generated is committed; ``tests/acceptance/test_docs.py`` checks the built pages hold
 every name.
@@ -22,6 +24,7 @@ from typing import Any
 
 import click
 
+from loader.errors import SQLSTATES
 from loader.resources import sql_functions_dir
 from loader.settings import ENV_PREFIX, Settings
 
@@ -29,6 +32,7 @@ MARKERS = {
     "settings": "<!-- pgkb:settings -->",
     "cli": "<!-- pgkb:cli -->",
     "sql": "<!-- pgkb:sql -->",
+    "errors": "<!-- pgkb:errors -->",
 }
 
 
@@ -208,7 +212,40 @@ def sql_markdown() -> str:
     return "\n".join(out)
 
 
-GENERATORS = {"settings": settings_markdown, "cli": cli_markdown, "sql": sql_markdown}
+_ERRCODE = re.compile(r"ERRCODE\s*=\s*'(\w+)'")
+
+
+def raised_by(directory: Path | None = None) -> dict[str, list[str]]:
+    """``{SQLSTATE: [function names]}``: which functions of ``sql_functions/`` raise each code."""
+    directory = directory or sql_functions_dir()
+    found: dict[str, list[str]] = {}
+    for path in sorted(directory.glob("*.sql")):
+        for code in sorted(set(_ERRCODE.findall(path.read_text(encoding="utf-8")))):
+            found.setdefault(code, []).append(path.stem)
+    return found
+
+
+def errors_markdown() -> str:
+    raisers = raised_by()
+    out = [
+        "| SQLSTATE | condition | Python error | meaning | raised by |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for code, (kind, meaning) in SQLSTATES.items():
+        functions = ", ".join(f"`kb.{name}`" for name in raisers.get(code.value, []))
+        out.append(
+            f"| `{code.value}` | `{code.name.lower()}` | `{kind.__name__}` | {_cell(meaning)} "
+            f"| {functions} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+GENERATORS = {
+    "settings": settings_markdown,
+    "cli": cli_markdown,
+    "sql": sql_markdown,
+    "errors": errors_markdown,
+}
 
 
 def expand(markdown: str) -> str:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from loader.db import queries
-from loader.errors import ConfigError, ModelMismatchError, PgkbError
+from loader.errors import ConfigError, ModelMismatchError, PgkbError, database_error
 from loader.settings import Settings
 
 if TYPE_CHECKING:
@@ -124,12 +124,13 @@ def add_model(
     return find_model(conn, name, dims)
 
 
-def _sql_error(conn: psycopg.Connection[Any], exc: Exception) -> PgkbError:
-    if conn.info.transaction_status != 0:
+def _sql_error(conn: psycopg.Connection[Any], exc: Exception) -> PgkbError | None:
+    """The error to raise for ``exc`` when one of pgkb's functions raised it by code (the
+    transaction rolled back), else None (``exc`` is not one to explain)."""
+    error = database_error(exc)
+    if error is not None and conn.info.transaction_status != 0:
         conn.rollback()
-    diag = getattr(exc, "diag", None)
-    message = (diag.message_primary if diag else None) or str(exc)
-    return PgkbError(message, hint=diag.message_hint if diag else None)
+    return error
 
 
 def activate(conn: psycopg.Connection[Any], name: str, dims: int | None = None) -> Model:
@@ -140,8 +141,11 @@ def activate(conn: psycopg.Connection[Any], name: str, dims: int | None = None) 
     try:
         conn.execute(queries.ACTIVATE_MODEL, (model.name, model.dims))
         conn.commit()
-    except (psycopg.errors.ObjectNotInPrerequisiteState, psycopg.errors.NoDataFound) as exc:
-        raise _sql_error(conn, exc) from None
+    except psycopg.Error as exc:
+        error = _sql_error(conn, exc)
+        if error is None:
+            raise
+        raise error from None
     return find_model(conn, name, model.dims)
 
 
@@ -153,8 +157,11 @@ def drop(conn: psycopg.Connection[Any], name: str, dims: int | None = None) -> i
     try:
         row = conn.execute(queries.DROP_MODEL, (model.name, model.dims)).fetchone()
         conn.commit()
-    except (psycopg.errors.ObjectNotInPrerequisiteState, psycopg.errors.NoDataFound) as exc:
-        raise _sql_error(conn, exc) from None
+    except psycopg.Error as exc:
+        error = _sql_error(conn, exc)
+        if error is None:
+            raise
+        raise error from None
     assert row is not None  # kb.drop_model returns the number of vectors dropped
     return int(row[0])
 

@@ -20,6 +20,7 @@ import click
 import pytest
 
 from loader.devtools.reference import MARKERS, cli_commands, sql_functions
+from loader.errors import SqlState
 from loader.settings import ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,6 +109,9 @@ def test_the_sql_page_lists_every_function(site: Path) -> None:
     for function in functions:
         assert f"kb.{function.name}" in text, function.name
         assert function.comment.replace("`", "")[:60] in text, function.name
+    assert MARKERS["errors"] not in text
+    for code in SqlState:  # the table of pgkb's error codes
+        assert code.value in text and code.name.lower() in text, code
 
 
 def test_snippets_include_root_files(site: Path) -> None:

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from loader.cli import cli
 from loader.db.connect import connect
-from loader.errors import ConfigError, PgkbError
+from loader.errors import ConfigError, PgkbError, SqlState
 from loader.ingest.pipeline import ingest_paths
 from loader.ingest.writer import INGEST_LOCK_KEY
 from loader.ops.models import reembed
@@ -25,7 +25,7 @@ from loader.providers.embeddings import get_embedder
 from loader.search import Mode, search
 from loader.settings import Settings, load_settings
 from tests.fake_openai import FakeOpenAI, Reply, fake_vector
-from tests.helpers import create_database, drop_database, ingest_settings, settings_env
+from tests.helpers import create_database, drop_database, ingest_settings, raises_code, settings_env
 
 TOPICS = ["vacuum", "checkpoint", "replication", "index", "locking", "partition", "backup"]
 QUERIES = ["vacuum dead tuples", "checkpoint spacing", "streaming replication", "btree index"]
@@ -309,7 +309,7 @@ def test_drop_model_index_is_for_kb_writer_who_cannot_drop_the_index_itself(
             "ef_construction": 40,
         }
         assert admin.execute("SELECT kb.drop_model_index(%s)", (model_id,)).fetchone()[0] is None
-        with pytest.raises(psycopg.errors.NoDataFound, match="no embedding model has id 999"):
+        with raises_code(SqlState.NOT_FOUND, match="no embedding model has id 999"):
             admin.execute("SELECT kb.drop_model_index(999)")
         admin.execute("SELECT kb.build_model_index(%s, 8, 40)", (model_id,))
         admin.execute("RESET ROLE")

@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from loader.cli import cli
-from loader.errors import ConfigError
+from loader.errors import ConfigError, SqlState
 from loader.ingest.pipeline import ingest_paths
 from loader.settings import load_settings
 from tests.fake_openai import FakeOpenAI
-from tests.helpers import ingest_settings, settings_env, write_docs
+from tests.helpers import ingest_settings, raises_code, settings_env, write_docs
 
 
 def run(args: list[str], env: dict[str, str]) -> Any:
@@ -108,5 +108,5 @@ def test_models_add_takes_hnsw_parameters_and_bad_ones_are_refused(
     assert options == (["m=12", "ef_construction=48"],)
     with pytest.raises(ConfigError, match="hnsw_ef_construction must be between 2 \\* hnsw_m"):
         load_settings(env={}, hnsw_m=32, hnsw_ef_construction=40)
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="at least 2 \\* m"):
+    with raises_code(SqlState.INVALID_ARGUMENT, match="at least 2 \\* m"):
         conn.execute("SELECT kb.register_model('m3', 3, 'x', '{}', 32, 40)")

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from loader.answer.abstention import compute_signals
 from loader.cli import cli
+from loader.errors import SqlState
 from loader.ingest.extract import Extracted, ExtractionError, extract
 from loader.safety import parse_int, printable, redact
 from tests.fake_openai import FakeOpenAI
@@ -145,7 +146,7 @@ def golden(conn: psycopg.Connection[Any]) -> Corpus:
     return load_golden(conn)
 
 
-ALLOWED_SQLSTATES = {"22023", "22P05"}  # invalid_parameter_value, untranslatable_character
+ALLOWED_SQLSTATES = {SqlState.INVALID_ARGUMENT, "22P05"}  # pgkb's, untranslatable_character
 
 json_values = st.recursive(
     # JSON has no NaN or Infinity (json.dumps would write them; PostgreSQL rightly refuses them)

@@ -13,8 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from loader.cli import cli
-from loader.errors import ConfigError
+from loader.errors import ConfigError, SqlState
 from loader.settings import load_settings
+from tests.helpers import raises_code
 
 
 @pytest.mark.parametrize(
@@ -70,7 +71,7 @@ SQL_CALLS = [
 @pytest.mark.parametrize("query", SQL_CALLS)
 def test_sql_refuses_non_finite_weights(conn: psycopg.Connection[Any], query: str) -> None:
     conn.execute("INSERT INTO kb.documents (source_uri, title, content_sha) VALUES ('a', 'A', 'x')")
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="finite"):
+    with raises_code(SqlState.INVALID_ARGUMENT, match="finite"):
         conn.execute(query)
     conn.rollback()
 

@@ -17,7 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import D1, Corpus, load_golden, rows
+from loader.errors import SqlState
+from tests.helpers import D1, Corpus, load_golden, raises_code, rows
 
 # every planted function records who ran it, then behaves like the real one
 PLANTS = [
@@ -396,7 +397,7 @@ def test_explore_graph_is_bounded_on_a_dense_graph(conn: psycopg.Connection[Any]
     returns the nearest ones (by distance, then title), and asking beyond the cap raises."""
     start = _dense_graph(conn, 3000, 20)
     conn.execute("SET ROLE kb_reader")
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="max_results"):
+    with raises_code(SqlState.INVALID_ARGUMENT, match="max_results"):
         conn.execute(
             "SELECT * FROM kb.explore_graph(%s, max_depth => 3, max_results => 501)", (start,)
         )

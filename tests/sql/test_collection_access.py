@@ -26,8 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
+from loader.errors import SqlState
 from loader.ops.roles import grant, revoke
-from tests.helpers import create_database, drop_database
+from tests.helpers import create_database, drop_database, raises_code
 from tests.serve_fixtures import PASSWORD, _create_role, _drop_role, role_url
 
 ENG_MARKERS = ("zanzibarite", "quokka", "Engineering", "CREATE INDEX")
@@ -319,14 +320,14 @@ def test_asking_for_another_collection_is_one_error_whether_it_exists_or_not(
             "SELECT * FROM kb.explore_graph(filters => %s::jsonb)",
             "SELECT kb.stats(5, %s::jsonb)",
         ):
-            with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+            with raises_code(SqlState.COLLECTION_NOT_READABLE) as caught:
                 reader.execute(query, (json.dumps({"collections": [name]}),))
             messages.append(caught.value.diag.message_primary.replace(name, "X"))
     assert len(set(messages)) == 1, messages
     # the session's collections only narrow: eng cannot be set, hr can
     with psycopg.connect(two_kbs.reader_url, autocommit=True) as conn:
         conn.execute("SELECT set_config('pgkb.collections', 'eng', false)")
-        with pytest.raises(psycopg.errors.InvalidParameterValue):
+        with raises_code(SqlState.COLLECTION_NOT_READABLE):
             conn.execute("SELECT * FROM kb.read_document(%s::uuid)", (two_kbs.ids["hr_leave"],))
         conn.execute("SELECT set_config('pgkb.collections', 'hr', false)")
         assert conn.execute("SELECT count(*) FROM kb.document_list()").fetchone() == (3,)

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 from pgvector import Vector
 
-from tests.helpers import rows
+from loader.errors import SqlState
+from tests.helpers import raises_code, rows
 
 QUERY = Vector([1.0, 0.0, 0.0])
 
@@ -129,7 +130,7 @@ def test_the_vector_leg_leads_too_when_an_exact_query_favours_the_keyword_leg(
 
 
 def test_lead_slot_is_validated(conn: psycopg.Connection[Any], pages: dict[str, int]) -> None:
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="lead_slot"):
+    with raises_code(SqlState.INVALID_ARGUMENT, match="lead_slot"):
         rows(conn, "SELECT * FROM kb.hybrid_search('x', lead_slot => -1)")
     conn.rollback()
     # NULL turns the slots off, like 0; a huge slot acts as 1,000 (no row is lifted)

@@ -16,6 +16,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from loader.errors import SqlState
+from tests.helpers import raises_code
+
 IDS = {name: f"00000000-0000-0000-0000-00000000000{i}" for i, name in enumerate("ABCDEFG", 1)}
 NAME = {v: k for k, v in IDS.items()}
 
@@ -167,7 +170,7 @@ def test_query_mode_finds_matches_and_one_hop(graph: psycopg.Connection[Any]) ->
 def test_bad_arguments_are_refused(
     graph: psycopg.Connection[Any], kwargs: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
+    with raises_code(SqlState.INVALID_ARGUMENT, match=message):
         explore(graph, start_document=IDS["A"], **kwargs)
     graph.rollback()
 

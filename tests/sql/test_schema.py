@@ -8,6 +8,9 @@ import psycopg
 import pytest
 from pgvector import Vector
 
+from loader.errors import SqlState
+from tests.helpers import raises_code
+
 CORPUS = "SELECT chunk_count, total_lexemes FROM kb.corpus_stats"
 
 
@@ -38,7 +41,7 @@ def test_embedding_of_the_wrong_dimension_is_refused(conn: psycopg.Connection[An
     conn.execute(
         "INSERT INTO kb.embeddings VALUES (%s, %s, %s)", (chunk, model[0], Vector([1, 0, 0]))
     )
-    with pytest.raises(psycopg.errors.DataException, match="has 2 dimensions, but model m3"):
+    with raises_code(SqlState.DIMENSION_MISMATCH, match="has 2 dimensions, but model m3"):
         conn.execute(
             "INSERT INTO kb.embeddings VALUES (%s, %s, %s)", (chunk, model[0], Vector([1, 0]))
         )
@@ -52,7 +55,7 @@ def test_register_model_is_idempotent_and_first_is_active(conn: psycopg.Connecti
     assert conn.execute("SELECT name FROM kb.active_model()").fetchone() == ("a",)
     conn.execute("SELECT kb.activate_model('b', 4)")
     assert conn.execute("SELECT name, dims FROM kb.active_model()").fetchone() == ("b", 4)
-    with pytest.raises(psycopg.errors.NoDataFound, match="not registered"):
+    with raises_code(SqlState.MODEL_NOT_REGISTERED, match="not registered"):
         conn.execute("SELECT kb.activate_model('c', 4)")
 
 

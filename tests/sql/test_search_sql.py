@@ -14,7 +14,8 @@ import psycopg
 import pytest
 from pgvector import Vector
 
-from tests.helpers import CHUNKS, D1, D2, D3, Corpus, load_golden, rows
+from loader.errors import SqlState
+from tests.helpers import CHUNKS, D1, D2, D3, Corpus, load_golden, raises_code, rows
 
 
 @pytest.fixture
@@ -193,7 +194,7 @@ def test_ts_rank_is_selectable(conn: psycopg.Connection[Any], golden: Corpus) ->
         ).fetchall()
     )
     assert {r["chunk_id"]: r["score"] for r in got} == pytest.approx(expected)
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="bm25, ts_rank"):
+    with raises_code(SqlState.INVALID_ARGUMENT, match="bm25, ts_rank"):
         conn.execute("SELECT * FROM kb.keyword_search('vacuum', keyword_ranking => 'tfidf')")
 
 
@@ -229,19 +230,19 @@ def test_min_similarity_drops_weak_hits(conn: psycopg.Connection[Any], golden: C
 
 
 def test_wrong_dimension_names_both(conn: psycopg.Connection[Any], golden: Corpus) -> None:
-    with pytest.raises(psycopg.errors.DataException) as err:
+    with raises_code(SqlState.DIMENSION_MISMATCH) as err:
         conn.execute("SELECT * FROM kb.vector_search('[1,0]')")
     message = str(err.value)
     assert "2 dimensions" in message and "golden" in message and "has 3" in message
     conn.rollback()
-    with pytest.raises(psycopg.errors.DataException, match=r"2 dimensions.*golden"):
+    with raises_code(SqlState.DIMENSION_MISMATCH, match=r"2 dimensions.*golden"):
         conn.execute("SELECT * FROM kb.hybrid_search('vacuum', '[1,0]')")
 
 
 def test_unknown_model_names_the_registered_ones(
     conn: psycopg.Connection[Any], golden: Corpus
 ) -> None:
-    with pytest.raises(psycopg.errors.InvalidParameterValue) as err:
+    with raises_code(SqlState.MODEL_NOT_REGISTERED) as err:
         conn.execute("SELECT * FROM kb.vector_search('[1,0,0]', model => 'text-embedding-3-small')")
     assert "text-embedding-3-small" in str(err.value) and "golden (3 dims, active)" in str(
         err.value
@@ -353,7 +354,7 @@ def test_exact_queries_weigh_the_keyword_leg_by_exact_keyword_weight(
     plain = rows(conn, sql, ("serialization failure",))
     assert plain[0]["chunk_id"] == c[0] and plain[0]["score"] == 2.0
     assert [r["score"] for r in plain if r["chunk_id"] == c[1]] in ([1.0], [])
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="exact_keyword_weight"):
+    with raises_code(SqlState.INVALID_ARGUMENT, match="exact_keyword_weight"):
         rows(conn, "SELECT * FROM kb.hybrid_search('x', exact_keyword_weight => -1)")
 
 
@@ -393,7 +394,7 @@ def test_plain_queries_weigh_the_keyword_leg_by_the_idf_share_its_best_chunk_hol
         "rrf_k => 10, exact_keyword_weight => 3.0, keyword_confidence => 2.0)",
     )
     assert [r["score"] for r in exact] == pytest.approx([3 / 11], rel=1e-12)
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="keyword_confidence"):
+    with raises_code(SqlState.INVALID_ARGUMENT, match="keyword_confidence"):
         rows(conn, "SELECT * FROM kb.hybrid_search('x', keyword_confidence => -1)")
 
 
@@ -421,7 +422,7 @@ def test_max_per_document_keeps_each_documents_best_chunks(
     assert capped == list(best.values())[:3]
     two = rows(conn, sql.replace("match_count => 3", "match_count => 10"), (q, 2))
     assert max(Counter(r["document_id"] for r in two).values()) == 2
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="max_per_document"):
+    with raises_code(SqlState.INVALID_ARGUMENT, match="max_per_document"):
         conn.execute("SELECT * FROM kb.hybrid_search('xyzzy', %s, max_per_document => 0)", (q,))
     conn.rollback()
 
@@ -521,7 +522,7 @@ def test_bad_filters_raise_clear_errors(
         "kb.vector_search('[1,0,0]', filters => %s::jsonb)",
         "kb.hybrid_search('vacuum', '[1,0,0]', filters => %s::jsonb)",
     ):
-        with pytest.raises(psycopg.errors.InvalidParameterValue) as err:
+        with raises_code(SqlState.INVALID_ARGUMENT) as err:
             conn.execute(f"SELECT * FROM {call}", (filters,))
         assert message in str(err.value)
         conn.rollback()
