@@ -93,22 +93,47 @@ def register_vector(conn: psycopg.Connection[Any]) -> None:
 
 
 def privilege_error(exc: Exception, url: str | None = None) -> DatabaseError:
-    """An ``InsufficientPrivilege`` error as one actionable message: what was denied, and the
-    ``pgkb db grant`` that gives it (``--read`` for the search, graph and read functions,
-    ``--write`` for tables and maintenance functions, as ``sql_functions/`` grants them)."""
-    from loader.resources import function_grants
-
+    """An ``InsufficientPrivilege`` error as one actionable message: what was denied (PostgreSQL's
+    message, shown as it is), and the ``pgkb db grant`` that gives the rest. Which grant follows
+    from what the role has, asked of the database at ``url`` (never read from the message): a
+    member of kb_reader lacks ``--write``, a member of kb_writer lacks ``--read``, a member of
+    both was denied what only the owner may do, and a role with neither (or when the database
+    cannot say) is shown both grants."""
     diag = getattr(exc, "diag", None)
     message = (getattr(diag, "message_primary", None) or str(exc)).strip().splitlines()[0]
     role = "ROLE"
     if url:
         with contextlib.suppress(psycopg.ProgrammingError):
             role = str(psycopg.conninfo.conninfo_to_dict(url).get("user") or role)
-    found = re.search(r"permission denied for function (\w+)", message)
-    reader = found is not None and found.group(1) in function_grants()["reader"]
-    flag, what = ("--read", "search and read") if reader else ("--write", "load and maintain")
+    reader, writer = _memberships(url)
+    grant = f"as the knowledge base's owner, run `pgkb db grant {role}"
+    if reader and not writer:
+        hint = f"{grant} --write` to let it load and maintain"
+    elif writer and not reader:
+        hint = f"{grant} --read` to let it search and read"
+    elif reader and writer:
+        hint = (
+            f"{role} has both grants: this is for the knowledge base's owner only "
+            "(e.g. `pgkb db upgrade`); run it as the owner"
+        )
+    else:
+        hint = f"{grant} --read` to let it search and read, `--write` to load and maintain"
     return DatabaseError(
         f"{message} (the role {role} lacks a grant)",
-        hint=f"as the knowledge base's owner, run `pgkb db grant {role} {flag}` to let it "
-        f"{what}; `pgkb db grant --help` lists what each grant allows",
+        hint=f"{hint}; `pgkb db grant --help` lists what each grant allows",
     )
+
+
+def _memberships(url: str | None) -> tuple[bool, bool]:
+    """Whether the role of ``url`` is a member of kb_reader and of kb_writer (both False when
+    the database cannot be asked)."""
+    from loader.db import queries
+
+    if not url:
+        return False, False
+    try:
+        with connect(url, register=False) as conn:
+            row = conn.execute(queries.KB_ROLE_MEMBERSHIPS).fetchone()
+    except (DatabaseError, psycopg.Error):
+        return False, False
+    return (bool(row[0]), bool(row[1])) if row else (False, False)

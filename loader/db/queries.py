@@ -706,6 +706,11 @@ INSERT_COLLECTION_GRANT = """
 INSERT INTO kb.collection_grants (role_name, collection) VALUES (%s, %s) ON CONFLICT DO NOTHING
 """
 """A role's grant of one collection (NULL: every collection); granting twice changes nothing."""
+KB_ROLE_MEMBERSHIPS = """
+SELECT coalesce(pg_has_role(current_user, to_regrole('kb_reader'), 'MEMBER'), false),
+       coalesce(pg_has_role(current_user, to_regrole('kb_writer'), 'MEMBER'), false)
+"""
+"""Whether this role is a member of kb_reader and of kb_writer (false when a role is missing)."""
 COLLECTION_GRANTS = """
 SELECT g.role_name, g.collection, g.granted_at, r.oid IS NOT NULL AS role_exists,
        coalesce(pg_has_role(r.oid, 'kb_reader', 'MEMBER'), false) AS reader

@@ -60,15 +60,28 @@ _PER_DOCUMENT_ERRORS: tuple[type[Exception], ...] = (
 """Errors the database raises about one document's values (not about the connection)."""
 
 
-def database_refusal(exc: Exception) -> str:
-    """A per-document failure reason from a database error: its message and detail."""
+def database_refusal(exc: Exception, prepared: Prepared) -> str:
+    """A per-document failure reason from a database error: its message and detail, and why
+    when the document's own values hold a NUL character (read from the values, not the message)."""
     diag = getattr(exc, "diag", None)
     primary = (diag.message_primary if diag else None) or str(exc).strip().splitlines()[0]
     detail = diag.message_detail if diag else None
     reason = "the database refused it: " + primary + (f" ({detail})" if detail else "")
-    if "0x00" in reason or "\\u0000" in reason or "NUL" in reason:
+    if _holds_nul(dataclasses.astuple(prepared)):
         reason += "; it holds a NUL character, which PostgreSQL text cannot store"
     return reason
+
+
+def _holds_nul(value: object) -> bool:
+    """Whether a text anywhere in ``value`` (strings, and lists, tuples and dicts of them, keys
+    included) holds a NUL character."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(v) for v in value)
+    return False
 
 
 class Writer:
@@ -169,7 +182,7 @@ class Writer:
                 except _PER_DOCUMENT_ERRORS as exc:
                     # its transaction rolled back: the stored version (if any) stays, and the
                     # run goes on with the other documents
-                    self.report.fail(prepared.source_uri, database_refusal(exc))
+                    self.report.fail(prepared.source_uri, database_refusal(exc, prepared))
 
     def _staging(self) -> bool:
         """Whether rows go through temporary staging tables: for a writer that row-level
