@@ -87,7 +87,7 @@ SQLSTATES: dict[SqlState, tuple[type[PgkbError], str]] = {
     SqlState.MODEL_NOT_READY: (
         PgkbError,
         "The model cannot be activated while some chunks have no embedding of it "
-        "(`pgkb reembed --model NAME` first).",
+        "(`pgkb models reembed --model NAME` first).",
     ),
     SqlState.MODEL_IN_USE: (
         PgkbError,

@@ -1,5 +1,7 @@
 """``pgkb db``: create or upgrade the kb schema, show its URL and state, start or stop the
-embedded server, grant a service's login role access (``pgkb db grant``)."""
+embedded server, grant a service's login role access (``pgkb db grant``); the checks and index
+care (``doctor``, ``reindex``, ``vacuum``) are in their own modules, hung here by
+``loader.cli.main``."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from loader.safety import echo
 
 @click.group()
 def db() -> None:
-    """The database: create or upgrade the kb schema, show its URL and state, stop the server."""
+    """The database: create or upgrade the kb schema, show its URL and state, stop the server,
+    check it (doctor), rebuild its indexes (reindex), vacuum it, grant roles access."""
 
 
 @db.command("upgrade")

@@ -1,4 +1,5 @@
-"""``pgkb docs list`` and ``pgkb docs show``: the documents, their metadata, outline and edges."""
+"""``pgkb docs list`` and ``pgkb docs show``: the documents, their metadata, outline and edges
+(``graph``, ``stale`` and ``remove`` are in their own modules, hung here by ``loader.cli.main``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from loader.safety import echo, one_line
 
 @click.group()
 def docs() -> None:
-    """The documents of the knowledge base: what each is, its outline and its relations."""
+    """The documents of the knowledge base: what each is, its outline and its relations, which
+    are stale, and taking them out."""
 
 
 @docs.command("list")

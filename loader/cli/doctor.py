@@ -1,4 +1,4 @@
-"""``pgkb doctor``: check the knowledge base, explain what is wrong and how to fix it."""
+"""``pgkb db doctor``: check the knowledge base, explain what is wrong and how to fix it."""
 
 from __future__ import annotations
 

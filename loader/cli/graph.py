@@ -1,4 +1,5 @@
-"""``pgkb graph``: the documents around one document (kb.explore_graph), as a tree, JSON or DOT."""
+"""``pgkb docs graph``: the documents around one document (kb.explore_graph), as a tree, JSON or
+DOT."""
 
 from __future__ import annotations
 

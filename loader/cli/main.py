@@ -117,7 +117,7 @@ def fail_with(ctx: click.Context, exc: PgkbError) -> NoReturn:
     """:func:`fail` with ``exc``'s message, its hint (or its kind's default) and exit code."""
     hint = exc.hint or next(
         (h for kind, h in DEFAULT_HINTS.items() if isinstance(exc, kind)),
-        "`pgkb doctor` checks the settings, the database and the models",
+        "`pgkb db doctor` checks the settings, the database and the models",
     )
     fail(ctx, exc.message, hint, exc.exit_code)
 
@@ -170,7 +170,7 @@ def cli(
     )
 
 
-# --- the commands, one module each under loader/cli/, registered here one line each -------------
+# --- the command tree: the commands, one module each under loader/cli/, hung under their nouns --
 # (each module imports only click at the top, so `pgkb --help` stays instant)
 from loader.cli.ask import ask  # noqa: E402
 from loader.cli.collections import collections  # noqa: E402
@@ -182,31 +182,43 @@ from loader.cli.graph import graph  # noqa: E402
 from loader.cli.ingest import ingest  # noqa: E402
 from loader.cli.maintenance import reindex, vacuum  # noqa: E402
 from loader.cli.models import models, reembed  # noqa: E402
+from loader.cli.moved import moved  # noqa: E402
 from loader.cli.quickstart import quickstart  # noqa: E402
 from loader.cli.removal import remove, stale  # noqa: E402
 from loader.cli.search import search  # noqa: E402
 from loader.cli.serve import mcp, serve  # noqa: E402
 from loader.cli.stats import stats  # noqa: E402
 
+db.add_command(doctor)  # pgkb db doctor
+db.add_command(reindex)  # pgkb db reindex
+db.add_command(vacuum)  # pgkb db vacuum
+docs.add_command(graph)  # pgkb docs graph
+docs.add_command(remove)  # pgkb docs remove
+docs.add_command(stale)  # pgkb docs stale
+models.add_command(reembed)  # pgkb models reembed
+
 cli.add_command(ask)
 cli.add_command(collections)
 cli.add_command(db)
 cli.add_command(docs)
-cli.add_command(doctor)
 cli.add_command(eval_command)
-cli.add_command(graph)
 cli.add_command(ingest)
 cli.add_command(mcp)
 cli.add_command(models)
 cli.add_command(quickstart)
-cli.add_command(reembed)
-cli.add_command(reindex)
-cli.add_command(remove)
 cli.add_command(search)
 cli.add_command(serve)
-cli.add_command(stale)
 cli.add_command(stats)
-cli.add_command(vacuum)
+
+# the old top-level names keep working, hidden: the same command, and one line on stderr
+# naming the new one (stdout stays clean for --json), so no scheduled job breaks
+cli.add_command(moved(db, doctor))
+cli.add_command(moved(db, reindex))
+cli.add_command(moved(db, vacuum))
+cli.add_command(moved(docs, graph))
+cli.add_command(moved(docs, remove))
+cli.add_command(moved(docs, stale))
+cli.add_command(moved(models, reembed))
 
 
 def main() -> None:  # pragma: no cover - console script entry point

@@ -1,4 +1,4 @@
-"""``pgkb reindex`` and ``pgkb vacuum``: index care, without blocking searches."""
+"""``pgkb db reindex`` and ``pgkb db vacuum``: index care, without blocking searches."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``pgkb models ...`` and ``pgkb reembed``: change the embedding model without downtime."""
+"""``pgkb models ...``: add an embedding model, fill it (``reembed``), switch to it without
+downtime."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from loader.safety import echo
 
 @click.group()
 def models() -> None:
-    """Embedding models: list, add, activate, drop (see also pgkb reembed)."""
+    """Embedding models: list, add, reembed (fill a new model), activate, drop."""
 
 
 @models.command("list")
@@ -94,7 +95,7 @@ def models_add(
     hnsw_m: int | None,
     hnsw_ef_construction: int | None,
 ) -> None:
-    """Register model NAME beside the active one (then: pgkb reembed --model NAME)."""
+    """Register model NAME beside the active one (then: pgkb models reembed --model NAME)."""
     from loader.db.session import connection
     from loader.ops.models import add_model
 
@@ -119,7 +120,7 @@ def models_add(
         + (" as the active model" if model.is_active else f"; {model.missing} chunks to embed")
     )
     if not model.is_active and model.missing:
-        echo(f"next: pgkb reembed --model {model.name}", err=True)
+        echo(f"next: pgkb models reembed --model {model.name}", err=True)
 
 
 @models.command("activate")

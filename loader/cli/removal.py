@@ -1,4 +1,4 @@
-"""``pgkb stale`` and ``pgkb remove``: old documents, and taking documents out."""
+"""``pgkb docs stale`` and ``pgkb docs remove``: old documents, and taking documents out."""
 
 from __future__ import annotations
 

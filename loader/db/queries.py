@@ -294,7 +294,7 @@ SELECT l.pid, a.application_name FROM pg_locks l
 """
 """The backend holding the ingestion lock and its application_name (who it is)."""
 SET_APPLICATION_NAME = "SELECT set_config('application_name', %s, false)"
-"""An ingestion-lock holder names itself (pgkb ingest, pgkb reembed) for the others."""
+"""An ingestion-lock holder names itself (pgkb ingest, pgkb models reembed) for the others."""
 SESSION_READ_ONLY = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
 SET_SESSION_COLLECTIONS = "SELECT set_config('pgkb.collections', %s, false)"
 """The session's collections (kb.collection_scope reads them): --collection on a read command
@@ -743,7 +743,7 @@ ROLE_SEARCH_PATH = sql.SQL("ALTER ROLE {} IN DATABASE {} SET search_path = {}")
 ROLE_STATEMENT_TIMEOUT = sql.SQL("ALTER ROLE {} IN DATABASE {} SET statement_timeout = {}")
 """Format with the role and database (identifiers) and the timeout (``sql.Literal``)."""
 
-# --- operations: pgkb doctor (loader.ops.doctor) ------------------------------------------------
+# --- operations: pgkb db doctor (loader.ops.doctor) ---------------------------------------------
 
 KB_FUNCTION_DEFINITIONS = """
 SELECT p.proname, pg_get_functiondef(p.oid)

@@ -7,9 +7,9 @@ index already holds, drops the index first (``kb.drop_model_index``), writes, an
 (``kb.build_model_index``, with the dropped index's own ``m`` and ``ef_construction``).
 
 The decision is taken before each batch is written, from the count of embeddings the run will
-have written once that batch is stored: ``pgkb reembed`` knows its total before the first batch
-and decides then; ingestion learns its count as documents are chunked and switches at the batch
-that crosses the threshold (the rows already written are part of the rebuild).
+have written once that batch is stored: ``pgkb models reembed`` knows its total before the first
+batch and decides then; ingestion learns its count as documents are chunked and switches at the
+batch that crosses the threshold (the rows already written are part of the rebuild).
 
 Guarantees:
 
@@ -17,8 +17,8 @@ Guarantees:
   rows by a sequential scan and returns the exact nearest neighbours;
 - the rebuild runs in a ``finally``: a load that fails midway (an embedding API that gives up,
   a database error, Ctrl-C) still ends with the index built. Only a killed process (or a lost
-  connection) can leave a model without its index: ``pgkb doctor`` reports it and ``pgkb
-  reindex`` builds it;
+  connection) can leave a model without its index: ``pgkb db doctor`` reports it and
+  ``pgkb db reindex`` builds it;
 - the caller holds the ingestion advisory lock (``ingest_lock``), so no other load interleaves;
 - ``DROP INDEX`` takes a brief exclusive lock on ``kb.embeddings``; ``kb.drop_model_index`` waits
   at most 5 s for it (a long transaction must not queue every search behind the drop), and when
@@ -46,7 +46,8 @@ class BulkIndex:
     """Drops a model's HNSW index when a load turns out large, and rebuilds it in :meth:`finish`.
 
     ``existing``: the number of the model's embeddings stored before the load, when the caller
-    knows it (``pgkb reembed``); otherwise it is counted once, when the threshold is reached.
+    knows it (``pgkb models reembed``); otherwise it is counted once, when the threshold is
+    reached.
     """
 
     def __init__(
@@ -112,7 +113,7 @@ class BulkIndex:
     def finish(self) -> None:
         """Build the dropped index again (nothing when it was not dropped). Raises
         :class:`PgkbError` when the build fails; the model then has no index until
-        ``pgkb reindex``."""
+        ``pgkb db reindex``."""
         if self.dropped is None:
             return
         from psycopg.pq import TransactionStatus
@@ -135,7 +136,7 @@ class BulkIndex:
                 f"the HNSW index {name} of model {self.model_id} could not be built again after "
                 f"the bulk load: {reason}; searches through the model are exact (slower) until "
                 "it exists",
-                hint="pgkb reindex builds it (pgkb doctor reports it meanwhile)",
+                hint="pgkb db reindex builds it (pgkb db doctor reports it meanwhile)",
             ) from exc
         self.dropped = None
         self.rebuilt = True

@@ -1,4 +1,4 @@
-"""``pgkb doctor``: is this knowledge base healthy? Each check says what it found, why it
+"""``pgkb db doctor``: is this knowledge base healthy? Each check says what it found, why it
 matters and how to fix it; any failed check makes the command exit 1.
 
 Checks, in order (a check that cannot run because an earlier one failed is skipped):
@@ -228,7 +228,7 @@ def run_checks(settings: Settings) -> list[Check]:
                             active.missing == 0,
                             f"{active.missing} chunk(s) without a vector of the active model "
                             f"{active.name}",
-                            f"pgkb reembed --model {active.name}",
+                            f"pgkb models reembed --model {active.name}",
                         )
                     )
                 wrong = [f"{m.name} ({m.wrong_dims} vectors)" for m in models if m.wrong_dims]
@@ -340,7 +340,7 @@ def _indexes_check(conn: psycopg.Connection[Any]) -> Check:
         "indexes",
         not problems,
         detail,
-        "pgkb reindex (rebuilds invalid indexes concurrently and builds a model's missing "
+        "pgkb db reindex (rebuilds invalid indexes concurrently and builds a model's missing "
         "HNSW index)",
     )
 

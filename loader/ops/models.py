@@ -102,7 +102,7 @@ def add_model(
     if any(m.name == name and m.dims == dims for m in list_models(conn)):
         raise PgkbError(
             f"embedding model {name!r} ({dims} dims) is registered already",
-            hint="pgkb models list shows it; pgkb reembed --model NAME fills it",
+            hint="pgkb models list shows it; pgkb models reembed --model NAME fills it",
         )
     config = {
         k: v
@@ -208,7 +208,7 @@ def settings_for_model(settings: Settings, name: str) -> Settings:
         raise PgkbError(
             f"{model.missing} chunk(s) have no embedding of {model.name}: its figures would "
             "be too low",
-            hint=f"run pgkb reembed --model {model.name} first",
+            hint=f"run pgkb models reembed --model {model.name} first",
         )
     return model_settings(settings, model)
 
@@ -262,7 +262,7 @@ def reembed(
     with connection(settings) as conn:
         model = find_model(conn, name, dims)
         report = ReembedReport(model.name, model.dims)
-        with ingest_lock(conn, wait=wait, what="pgkb reembed", progress=progress):
+        with ingest_lock(conn, wait=wait, what="pgkb models reembed", progress=progress):
             model = find_model(conn, model.name, model.dims)  # fresh counts under the lock
             if model.missing == 0:
                 return report

@@ -132,7 +132,9 @@ def remove(
     from psycopg.rows import class_row
 
     if not targets and source_like is None:
-        raise PgkbError("name what to remove", hint="pgkb remove SOURCE|ID... or --source-like")
+        raise PgkbError(
+            "name what to remove", hint="pgkb docs remove SOURCE|ID... or --source-like"
+        )
     ids: list[uuid.UUID] = []
     sources: list[str] = []
     per_target: dict[str, list[str]] = {}
@@ -160,7 +162,7 @@ def remove(
                 what.append(f"--source-like {source_like!r}")
             raise NothingMatched(  # inside the transaction: rolls it back
                 "no document matches " + ", ".join(what) + "; nothing was removed",
-                hint="pgkb search --json or pgkb stale show source_uri and document_id; "
+                hint="pgkb search --json or pgkb docs stale show source_uri and document_id; "
                 "a pattern uses % for any text",
             )
     removed = [_as_dict(r) for r in rows]

@@ -74,7 +74,7 @@ def render(data: dict[str, Any]) -> str:
     lines.append("")
     lines.append("indexes:")
     for i in data["indexes"]:
-        state = "" if i["valid"] else "  INVALID (pgkb reindex)"
+        state = "" if i["valid"] else "  INVALID (pgkb db reindex)"
         lines.append(f"  {i['name']:<40} {human_bytes(i['bytes']):>10}{state}")
     lines.append("")
     lines.append("last ingestion runs:")

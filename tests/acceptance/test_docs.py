@@ -77,6 +77,9 @@ def test_the_cli_page_lists_every_command(site: Path) -> None:
     assert {"pgkb ingest", "pgkb db grant", "pgkb quickstart", "pgkb models activate"} <= set(
         commands
     )
+    # the commands under their nouns, not their old top-level names (hidden aliases)
+    assert {"pgkb db doctor", "pgkb docs stale", "pgkb models reembed"} <= set(commands)
+    assert "## `pgkb doctor`" not in text and "pgkb reembed" not in commands
     for command in commands:
         assert command in text, command
     # every option of every command, by its long name

@@ -54,13 +54,13 @@ def test_lock_held_with_no_wait(cli_env: dict[str, str], db_url: str, tmp_path: 
     [
         ["stats", "--json"],
         ["search", "vacuum", "--json"],
-        ["doctor", "--json"],
+        ["db", "doctor", "--json"],
     ],
 )
 def test_database_unreachable(args: list[str], tmp_path: Path) -> None:
     env: dict[str, str | None] = {"PGKB_DATABASE_URL": UNREACHABLE}
     result = _invoke(args, env)
-    if args[0] == "doctor":  # doctor reports the failed check in its own JSON, exit 2
+    if args[:2] == ["db", "doctor"]:  # doctor reports the failed check in its own JSON, exit 2
         assert result.exit_code != 0
         assert json.loads(result.stdout)
         return

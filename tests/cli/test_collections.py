@@ -174,7 +174,7 @@ def test_the_same_folder_names_in_two_collections_and_the_commands_per_collectio
     assert {h["title"] for h in both} == {"Engineering readme", "HR readme", "Parental leave"}
     shown = _json(kb.run("docs", "show", "readme.md", "--collection", "hr", "--json"))
     assert shown["title"] == "HR readme"
-    stale = _json(kb.run("stale", "--older-than", "0s", "--collection", "hr", "--json"))
+    stale = _json(kb.run("docs", "stale", "--older-than", "0s", "--collection", "hr", "--json"))
     assert sorted(r["source_uri"] for r in stale) == ["leave.md", "readme.md"]
     missing = kb.run("search", "readme", "--mode", "keyword", "--collection", "nope")
     assert missing.exit_code == 2 and "no collection 'nope'" in missing.stderr
@@ -193,7 +193,7 @@ def test_the_graph_links_within_a_collection_only(kb: Kb) -> None:
     # leave.md links to readme.md (hr's own) and createindex.md (only in eng: no edge);
     # createindex.md links to leave.md (only in hr: no edge)
     assert edges == [("hr", "leave.md", "hr", "readme.md")]
-    walk = _json(kb.run("graph", "leave.md", "--collection", "hr", "--depth", "3",
+    walk = _json(kb.run("docs", "graph", "leave.md", "--collection", "hr", "--depth", "3",
                         "--format", "json"))  # fmt: skip
     assert {n["source_uri"] for n in walk} == {"leave.md", "readme.md"}
 

@@ -27,7 +27,7 @@ from loader.settings import Settings, load_settings
 from tests.fake_openai import FakeOpenAI, Reply, fake_vector
 from tests.helpers import create_database, drop_database, ingest_settings, raises_code, settings_env
 
-TOPICS = ["vacuum", "checkpoint", "replication", "index", "locking", "partition", "backup"]
+TOPICS = ["db", "vacuum", "checkpoint", "replication", "index", "locking", "partition", "backup"]
 QUERIES = ["vacuum dead tuples", "checkpoint spacing", "streaming replication", "btree index"]
 
 
@@ -332,24 +332,24 @@ def test_doctor_reports_a_missing_index_and_reindex_builds_it(
 
         # while a load holds the ingestion lock, the missing index is its business
         admin.execute("SELECT pg_advisory_lock(%s)", (INGEST_LOCK_KEY,))
-        held = json.loads(run(["doctor", "--json"], env).stdout)
+        held = json.loads(run(["db", "doctor", "--json"], env).stdout)
         check = next(c for c in held["checks"] if c["name"] == "indexes")
         assert check["status"] == "ok" and "dropped for a bulk load" in check["detail"]
-        waiting = run(["reindex"], env)
+        waiting = run(["db", "reindex"], env)
         assert waiting.exit_code == 0 and "not built: a load in progress" in waiting.stderr
         assert index_state(db_url) is None
         admin.execute("SELECT pg_advisory_unlock(%s)", (INGEST_LOCK_KEY,))
 
-    result = run(["doctor", "--json"], env)
+    result = run(["db", "doctor", "--json"], env)
     assert result.exit_code == 1
     check = next(c for c in json.loads(result.stdout)["checks"] if c["name"] == "indexes")
     assert check["status"] == "fail"
     assert "missing HNSW index: embeddings_hnsw_model_" in check["detail"]
-    assert "(model fake-embed)" in check["detail"] and "pgkb reindex" in check["fix"]
+    assert "(model fake-embed)" in check["detail"] and "pgkb db reindex" in check["fix"]
 
-    fixed = run(["reindex"], env)
+    fixed = run(["db", "reindex"], env)
     assert fixed.exit_code == 0, fixed.output
     assert "built the missing HNSW index kb.embeddings_hnsw_model_" in fixed.stdout
     state = index_state(db_url)
     assert state is not None and state[1] is True
-    assert run(["doctor"], env).exit_code == 0
+    assert run(["db", "doctor"], env).exit_code == 0

@@ -1,6 +1,6 @@
 """The graph built by ingestion, on a real database: metadata, link edges, pending links, cycles,
 re-ingestion, mentions, the chat model's metadata and edges (against the fake OpenAI server),
-and the CLI (pgkb docs, pgkb graph)."""
+and the CLI (pgkb docs, pgkb docs graph)."""
 
 from __future__ import annotations
 
@@ -396,16 +396,18 @@ def test_cli_docs_and_graph(
     assert shown.exit_code == 0, shown.output
     assert "Outline (chunks)" in shown.stdout and "Links to (1)" in shown.stdout
     assert "sub/c.html" in shown.stdout  # a link to a file never ingested
-    tree = runner.invoke(cli, ["graph", "b.html"], env=env)
+    tree = runner.invoke(cli, ["docs", "graph", "b.html"], env=env)
     assert tree.exit_code == 0, tree.output
     assert "references" in tree.stdout.splitlines()[1] and "Alpha Page" in tree.stdout
-    dot = runner.invoke(cli, ["graph", "a.html", "--format", "dot"], env=env)
+    dot = runner.invoke(cli, ["docs", "graph", "a.html", "--format", "dot"], env=env)
     assert dot.stdout.startswith("digraph pgkb {") and "references" in dot.stdout
-    as_json = runner.invoke(cli, ["graph", str(root / "a.html"), "--format", "json"], env=env)
+    as_json = runner.invoke(
+        cli, ["docs", "graph", str(root / "a.html"), "--format", "json"], env=env
+    )
     assert [n["distance"] for n in json.loads(as_json.stdout)] == [0, 1]
-    missing = runner.invoke(cli, ["graph", "nope.html"], env=env)
+    missing = runner.invoke(cli, ["docs", "graph", "nope.html"], env=env)
     assert missing.exit_code == 1 and "no document 'nope.html'" in missing.output
-    too_deep = runner.invoke(cli, ["graph", "a.html", "--depth", "4"], env=env)
+    too_deep = runner.invoke(cli, ["docs", "graph", "a.html", "--depth", "4"], env=env)
     assert too_deep.exit_code == 2
 
 

@@ -406,24 +406,25 @@ def test_the_ingestion_lock_names_who_holds_it(db_url: str) -> None:
     told which run is in the way, by its name and backend pid."""
     with psycopg.connect(db_url) as first, psycopg.connect(db_url) as second:
         pid = first.info.backend_pid
-        with ingest_lock(first, what="pgkb reembed"):
+        with ingest_lock(first, what="pgkb models reembed"):
             with pytest.raises(PgkbError) as refused, ingest_lock(second, wait=False):
                 pass
             assert refused.value.message == (
-                f"another pgkb ingest is running on this database (backend pid {pid}: pgkb reembed)"
+                "another pgkb ingest is running on this database "
+                f"(backend pid {pid}: pgkb models reembed)"
             )
         with ingest_lock(first):
             with (
                 pytest.raises(PgkbError) as refused,
-                ingest_lock(second, wait=False, what="pgkb reembed"),
+                ingest_lock(second, wait=False, what="pgkb models reembed"),
             ):
                 pass
             assert refused.value.message == (
                 f"pgkb ingest (backend pid {pid}) is writing to this knowledge base; "
-                "pgkb reembed does not run beside it"
+                "pgkb models reembed does not run beside it"
             )
             assert "--wait" in str(refused.value.hint)
-        with ingest_lock(second, wait=False, what="pgkb reembed"):  # released: free again
+        with ingest_lock(second, wait=False, what="pgkb models reembed"):  # released: free again
             pass
 
 

@@ -1,4 +1,4 @@
-"""pgkb doctor: clean on a healthy knowledge base; each check fails once, with its fix."""
+"""pgkb db doctor: clean on a healthy knowledge base; each check fails once, with its fix."""
 
 from __future__ import annotations
 
@@ -102,10 +102,10 @@ def kb(db_url: str, tmp_path: Path, fake_openai: FakeOpenAI) -> dict[str, str]:
 
 
 def test_doctor_is_clean_on_a_healthy_knowledge_base(kb: dict[str, str]) -> None:
-    result = run(["doctor"], kb)
+    result = run(["db", "doctor"], kb)
     assert result.exit_code == 0, result.output
     assert "all checks passed" in result.stdout
-    data = json.loads(run(["doctor", "--json"], kb).stdout)
+    data = json.loads(run(["db", "doctor", "--json"], kb).stdout)
     assert data["ok"] is True
     assert [c["name"] for c in data["checks"]] == list(BREAKERS)
     assert all(c["status"] == "ok" for c in data["checks"]), data
@@ -118,13 +118,13 @@ def test_each_check_fails_with_its_explanation_and_fix(
     breaker, detail = BREAKERS[name]
     env = dict(kb)
     breaker(db_url, env)
-    result = run(["doctor", "--json"], env)
+    result = run(["db", "doctor", "--json"], env)
     assert result.exit_code == 1, result.output
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     assert checks[name]["status"] == "fail", checks
     assert detail in checks[name]["detail"], checks[name]
     assert checks[name]["fix"] and checks[name]["explanation"]
-    text = run(["doctor"], env)
+    text = run(["db", "doctor"], env)
     assert text.exit_code == 1
     assert f"[FAIL] {name}: " in text.stdout and "fix: " in text.stdout
 
@@ -143,7 +143,7 @@ def test_doctor_reads_every_function_file_including_query_terms(
             " AS $$ SELECT NULL::text, 0, 0.0::double precision WHERE false $$"
         )
         conn.execute("REVOKE EXECUTE ON FUNCTION kb.query_terms(text) FROM kb_reader")
-    result = run(["doctor", "--json"], kb)
+    result = run(["db", "doctor", "--json"], kb)
     assert result.exit_code == 1, result.output
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
     assert checks["functions"]["status"] == "fail"

@@ -1,4 +1,4 @@
-"""Index care: pgkb reindex and vacuum; HNSW build parameters from the settings."""
+"""Index care: pgkb db reindex and vacuum; HNSW build parameters from the settings."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_reindex_rebuilds_every_index_and_names_one_it_cannot(
     assert hnsw == (["m=8", "ef_construction=40"],)
 
     before = _index_files(conn)
-    result = run(["reindex"], env)
+    result = run(["db", "reindex"], env)
     assert result.exit_code == 0, result.output
     after = _index_files(conn)
     assert set(after) == set(before) and all(after[n] != before[n] for n in before)
@@ -56,7 +56,7 @@ def test_reindex_rebuilds_every_index_and_names_one_it_cannot(
         pytest.raises(psycopg.errors.UniqueViolation),
     ):
         admin.execute("CREATE UNIQUE INDEX CONCURRENTLY emb_bad ON kb.embeddings (model_id)")
-    failed = run(["reindex"], env)
+    failed = run(["db", "reindex"], env)
     assert failed.exit_code == 1
     assert "kb.emb_bad could not be rebuilt" in failed.stderr
     assert "DROP INDEX CONCURRENTLY kb.emb_bad" in failed.stderr
@@ -67,7 +67,7 @@ def test_vacuum_analyzes_every_kb_table(
     db_url: str, tmp_path: Path, fake_openai: FakeOpenAI, conn: psycopg.Connection[Any]
 ) -> None:
     env = settings_env(ingest_settings(db_url, tmp_path, fake_openai))
-    result = run(["vacuum"], env)
+    result = run(["db", "vacuum"], env)
     assert result.exit_code == 0, result.output
     tables = conn.execute(
         "SELECT count(*) FROM pg_class WHERE relnamespace = 'kb'::regnamespace AND relkind = 'r'"

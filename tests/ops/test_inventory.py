@@ -105,13 +105,13 @@ def test_stale_lists_documents_older_than_an_interval(
     )
     conn.commit()
     for spelling in ("90d", "12w", "2000h", "3 months"):
-        result = run(["stale", "--older-than", spelling, "--json"], env)
+        result = run(["docs", "stale", "--older-than", spelling, "--json"], env)
         assert result.exit_code == 0, result.output
         rows = json.loads(result.stdout)
         assert [r["source_uri"] for r in rows] == [old], spelling
         assert rows[0]["age"].startswith("100 days")
-    assert json.loads(run(["stale", "--older-than", "200d", "--json"], env).stdout) == []
-    assert run(["stale", "--older-than", "1 year"], env).stderr.startswith("no document")
+    assert json.loads(run(["docs", "stale", "--older-than", "200d", "--json"], env).stdout) == []
+    assert run(["docs", "stale", "--older-than", "1 year"], env).stderr.startswith("no document")
 
 
 def test_stale_refuses_what_is_not_an_interval(
@@ -125,7 +125,7 @@ def test_stale_refuses_what_is_not_an_interval(
         ("", "is not an interval (no unit)"),
         ("90x", "is not an interval"),
     ):
-        result = run(["stale", "--older-than", bad], env)
+        result = run(["docs", "stale", "--older-than", bad], env)
         assert result.exit_code == 2, (bad, result.output)
         assert f"--older-than {bad!r} {why}" in result.stderr, result.stderr
         assert "90d" in result.stderr  # the hint says what works
@@ -149,7 +149,8 @@ def test_remove_by_path_and_id_reports_what_went(
     conn.rollback()
 
     result = run(
-        ["remove", str(root / "notes.txt"), str(ids[str(root / "page.html")]), "--json"], env
+        ["docs", "remove", str(root / "notes.txt"), str(ids[str(root / "page.html")]), "--json"],
+        env,
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -170,7 +171,7 @@ def test_remove_by_path_and_id_reports_what_went(
     assert row is not None and row[0] == row[1] and row[2] == 0 and row[3] == 0
 
     # a relative path means the same file
-    relative = run(["remove", "docs/guides/wal.md"], env)  # the tests run in tmp_path
+    relative = run(["docs", "remove", "docs/guides/wal.md"], env)  # the tests run in tmp_path
     assert relative.exit_code == 0, relative.output
     assert "removed 1 document(s)" in relative.stderr
 
@@ -180,14 +181,16 @@ def test_removing_what_does_not_exist_removes_nothing(
 ) -> None:
     _, env, root = _ingested(db_url, tmp_path, fake_openai)
     before = _counts(conn)
-    missing = run(["remove", str(root / "nope.md")], env)
+    missing = run(["docs", "remove", str(root / "nope.md")], env)
     assert missing.exit_code == 1
     assert f"no document matches {str(root / 'nope.md')!r}; nothing was removed" in missing.stderr
-    mixed = run(["remove", str(root / "notes.txt"), "00000000-0000-0000-0000-000000000000"], env)
+    mixed = run(
+        ["docs", "remove", str(root / "notes.txt"), "00000000-0000-0000-0000-000000000000"], env
+    )
     assert mixed.exit_code == 1 and "00000000-0000-0000-0000-000000000000" in mixed.stderr
-    pattern = run(["remove", "--source-like", "%/nothing/%", "--yes"], env)
+    pattern = run(["docs", "remove", "--source-like", "%/nothing/%", "--yes"], env)
     assert pattern.exit_code == 1 and "--source-like '%/nothing/%'" in pattern.stderr
-    nothing = run(["remove"], env)
+    nothing = run(["docs", "remove"], env)
     assert nothing.exit_code == 2 and "name what to remove" in nothing.stderr
     assert _counts(conn) == before
 
@@ -198,12 +201,12 @@ def test_remove_source_like_is_a_dry_run_until_confirmed(
     _, env, root = _ingested(db_url, tmp_path, fake_openai)
     before = _counts(conn)
     pattern = str(root) + "/guides/%"
-    dry = run(["remove", "--source-like", pattern], env)
+    dry = run(["docs", "remove", "--source-like", pattern], env)
     assert dry.exit_code == 0, dry.output
     assert "would remove: " + str(root / "guides" / "vacuum.md") in dry.stderr
     assert "nothing removed" in dry.stderr
     assert _counts(conn) == before
-    done = run(["remove", "--source-like", pattern, "--yes"], env)
+    done = run(["docs", "remove", "--source-like", pattern, "--yes"], env)
     assert done.exit_code == 0, done.output
     assert "removed 2 document(s)" in done.stderr
     assert _counts(conn)[0] == before[0] - 2

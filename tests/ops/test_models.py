@@ -147,13 +147,13 @@ def test_reembed_resumes_after_an_interruption(
     after_failure = _models(env)["fake-embed-2"]
     assert after_failure["embeddings"] == 2 and after_failure["missing"] == total - 2
     fake_openai.requests.clear()
-    result = run(["reembed", "--model", "fake-embed-2", "--json"], env)
+    result = run(["models", "reembed", "--model", "fake-embed-2", "--json"], env)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["embedded"] == total - 2
     sent = sum(len(r.body["input"]) for r in fake_openai.requests_to("/v1/embeddings"))
     assert sent == total - 2  # only what was missing
     assert _models(env)["fake-embed-2"]["missing"] == 0
-    again = run(["reembed", "--model", "fake-embed-2"], env)
+    again = run(["models", "reembed", "--model", "fake-embed-2"], env)
     assert again.exit_code == 0 and "0 chunks embedded, 0 missing" in again.stdout
 
 
@@ -182,7 +182,7 @@ def test_a_model_whose_vectors_disagree_with_its_dims_is_refused(
     before = conn.execute("SELECT count(*) FROM kb.embeddings").fetchone()[0]
     conn.rollback()
     assert _add(env, fake_openai, "claims-16", 16).exit_code == 0  # the server returns 8
-    result = run(["reembed", "--model", "claims-16"], env)
+    result = run(["models", "reembed", "--model", "claims-16"], env)
     assert result.exit_code == 2
     assert "returned 8-dimensional vectors, but it is registered with 16 dims" in result.stderr
     assert _models(env)["claims-16"]["embeddings"] == 0
@@ -214,9 +214,9 @@ def test_two_reembed_runs_at_once(
     thread.start()
     try:
         assert first_batch_done.wait(60)
-        second = run(["reembed", "--model", "fake-embed-2", "--no-wait"], env)
+        second = run(["models", "reembed", "--model", "fake-embed-2", "--no-wait"], env)
         assert second.exit_code == 2
-        assert "pgkb reembed (backend pid" in second.stderr
+        assert "pgkb models reembed (backend pid" in second.stderr
         assert "does not run beside it" in second.stderr
         # an ingest is kept out the same way
         root = Path(settings.data_dir).parent / "docs"
@@ -232,7 +232,7 @@ def test_two_reembed_runs_at_once(
 def test_unknown_models_are_named(kb: tuple[Settings, dict[str, str]]) -> None:
     _, env = kb
     for args in (
-        ["reembed", "--model", "nope"],
+        ["models", "reembed", "--model", "nope"],
         ["models", "activate", "nope"],
         ["models", "drop", "nope", "--yes"],
     ):
@@ -305,7 +305,7 @@ def test_an_api_model_with_prompts_and_dimensions_end_to_end(
         "request_dimensions": True,
     }
     fake_openai.requests.clear()
-    filled = run(["reembed", "--model", name, "--json"], env)
+    filled = run(["models", "reembed", "--model", name, "--json"], env)
     assert filled.exit_code == 0, filled.output
     chunks = json.loads(filled.stdout)["embedded"]
     sent = fake_openai.requests_to("/v1/embeddings")

@@ -112,7 +112,7 @@ def test_a_writer_can_run_the_loader(
     env = {**kb, "PGKB_DATABASE_URL": as_writer}
     stats = run(["stats", "--json"], env)
     assert stats.exit_code == 0, stats.output
-    removed = run(["remove", str(more / "wal.md")], env)
+    removed = run(["docs", "remove", str(more / "wal.md")], env)
     assert removed.exit_code == 0, removed.output
     with psycopg.connect(db_url) as admin:
         assert admin.execute("SELECT db_user FROM kb.ingest_runs ORDER BY id DESC").fetchone() == (

@@ -72,7 +72,7 @@ def test_the_same_folder_mounted_elsewhere_is_the_same_documents(
     # the setting does the same as the option; remove takes a path under the root
     env_root = {**env, "PGKB_SOURCE_ROOT": str(second)}
     assert json.loads(run(["ingest", str(second), "--json"], env_root).stdout)["unchanged"] == 2
-    removed = run(["remove", str(second / "page.html")], env_root)
+    removed = run(["docs", "remove", str(second / "page.html")], env_root)
     assert removed.exit_code == 0, removed.output
     assert "page.html" not in _uris(conn)
 

@@ -151,7 +151,7 @@ def test_urls_libpq_cannot_parse_never_print_a_password(url: str, tmp_path: Path
     assert SECRET not in redact(f'missing "=" after "{url}" in connection info string')
     env = {"PGKB_DATABASE_URL": url, "PGKB_DATA_DIR": str(tmp_path / "data")}
     runner = CliRunner()
-    for args in (["doctor"], ["doctor", "--json"], ["db", "status"], ["search", "x"]):
+    for args in (["db", "doctor"], ["db", "doctor", "--json"], ["db", "status"], ["search", "x"]):
         result = runner.invoke(cli, args, env=env)
         assert "Traceback" not in result.output
         assert SECRET not in result.output, (args, result.output)

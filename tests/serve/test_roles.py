@@ -65,7 +65,7 @@ def test_a_reader_runs_every_read_command(serve_kb: ServeKb) -> None:  # noqa: F
     assert info["title"] == "Parental leave"
     assert [e["source_uri"] for e in info["edges_out"]] == ["handbook/equipment.md"]
     assert run(serve_kb, url, "docs", "show", "leave.md").exit_code == 0
-    graph = run(serve_kb, url, "graph", "leave.md", "--format", "json")
+    graph = run(serve_kb, url, "docs", "graph", "leave.md", "--format", "json")
     assert graph.exit_code == 0, graph.output
     assert any(n["source_uri"].endswith("equipment.md") for n in json.loads(graph.stdout))
     stats = run(serve_kb, url, "stats", "--json")
@@ -91,8 +91,8 @@ def test_a_reader_is_told_which_grant_the_rest_needs(
     (tmp_path / "new.md").write_text("# New\n\nA new page.\n")
     for args in (
         ("ingest", str(tmp_path)),
-        ("remove", "handbook/travel.md", "--yes"),
-        ("stale", "--older-than", "1 day"),
+        ("docs", "remove", "handbook/travel.md", "--yes"),
+        ("docs", "stale", "--older-than", "1 day"),
     ):
         message = _one_error_line(run(serve_kb, url, *args))
         assert "permission denied" in message, args
@@ -105,7 +105,7 @@ def test_a_writer_loads_and_is_told_a_search_needs_read(
     url = serve_kb.writer_url
     stats = run(serve_kb, url, "stats", "--json")
     assert stats.exit_code == 0, stats.output
-    stale = run(serve_kb, url, "stale", "--older-than", "1 day")
+    stale = run(serve_kb, url, "docs", "stale", "--older-than", "1 day")
     assert stale.exit_code == 0, stale.output
     for mode in ("keyword", "hybrid"):
         message = _one_error_line(run(serve_kb, url, "search", "vacuum", "--mode", mode))

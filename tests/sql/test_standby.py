@@ -54,9 +54,9 @@ READ_ONLY_COMMANDS = [
     ["ask", "What does a hot standby replay?"],
     ["docs", "list", "--json"],
     ["docs", "show", "failover.md"],
-    ["graph", "replication.md", "--format", "json"],
+    ["docs", "graph", "replication.md", "--format", "json"],
     ["stats", "--json"],
-    ["stale", "--older-than", "1d", "--json"],
+    ["docs", "stale", "--older-than", "1d", "--json"],
     ["models", "list"],
 ]
 
