@@ -4,9 +4,10 @@
     hybrid search (``kb.hybrid_search`` through :func:`loader.search.search`), optionally scoped
     to document ids;
 ``read_document``
-    ``kb.read_document``, budget-guarded: a document or chunk range that does not fit 75% of the
-    model's context window minus what the conversation already uses comes back as the
-    document's outline and chunk count, so the model asks for a range;
+    ``kb.read_document`` through :func:`loader.answer.reading.read_document` (which the servers
+    call too), budget-guarded: a document or chunk range that does not fit 75% of the model's
+    context window minus what the conversation already uses comes back as the document's
+    outline and chunk count, so the model asks for a range;
 ``explore_graph``
     ``kb.explore_graph`` (through :func:`loader.graph.catalogue.explore`): the documents around
     a document (1 to 3 hops), the documents matching a query and their neighbours, or the
@@ -24,19 +25,17 @@ read best beside its call.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg.rows import class_row, dict_row
 
 from loader.answer.passages import Passage, estimate_tokens
 from loader.answer.prompt import MAX_QUERY_CHARS
+from loader.answer.reading import DocumentInfo, Refusal, document_infos, read_document
 from loader.answer.retrieval import QueryEmbedder, embed_query, search_passages
-from loader.db import queries
 from loader.errors import PgkbError
 from loader.filters import SearchFilters
 from loader.graph.catalogue import explore
@@ -141,16 +140,8 @@ ARGUMENT_EXAMPLES = {
 """What a tool's arguments look like, for the message answering malformed JSON."""
 
 
-class ToolRefusal(Exception):
+class ToolRefusal(Refusal):
     """A tool call the agent refuses, with a message the model can act on."""
-
-
-@dataclasses.dataclass(frozen=True)
-class DocumentInfo:
-    document_id: uuid.UUID
-    title: str
-    source_uri: str
-    chunk_count: int
 
 
 # --- argument validation ------------------------------------------------------------------
@@ -218,18 +209,7 @@ class Toolbox:
     def documents(self, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, DocumentInfo]:
         missing = [i for i in ids if i not in self._documents]
         if missing:
-            with self.conn.cursor(row_factory=class_row(queries.DocumentRow)) as cur:
-                rows = cur.execute(
-                    queries.DOCUMENTS_BY_ID,
-                    {
-                        "ids": missing,
-                        "filters": json.dumps({"category": self.category} if self.category else {}),
-                    },
-                ).fetchall()
-            for row in rows:
-                self._documents[row.document_id] = DocumentInfo(
-                    row.document_id, row.title, row.source_uri, row.chunk_count
-                )
+            self._documents.update(document_infos(self.conn, missing, self.category))
         return {i: self._documents[i] for i in ids if i in self._documents}
 
     # -- dispatch ---------------------------------------------------------------------------
@@ -270,7 +250,7 @@ class Toolbox:
             )
         try:
             result = handler(arguments, budget)
-        except ToolRefusal as exc:
+        except Refusal as exc:  # a ToolRefusal, or a read refused (loader.answer.reading)
             return _error(str(exc))
         except psycopg.Error as exc:
             # a SQL error (e.g. bad filter) must not end the conversation; roll back and say so
@@ -375,103 +355,16 @@ class Toolbox:
                 f"unknown document id {doc_id}; use a document_id from the catalogue or from "
                 "search results"
             )
-        if info.chunk_count == 0:
-            raise ToolRefusal(f"document {doc_id} ({info.title}) has no chunks")
-        last = info.chunk_count - 1
-        start = (
-            None if args.get("chunk_start") is None else _as_int("chunk_start", args["chunk_start"])
+        read = read_document(
+            self.conn,
+            info,
+            chunk_start=_optional_int(args, "chunk_start"),
+            chunk_end=_optional_int(args, "chunk_end"),
+            budget=budget,
+            notes=notes,
         )
-        end = None if args.get("chunk_end") is None else _as_int("chunk_end", args["chunk_end"])
-        if start is not None and end is not None and start > end:
-            raise ToolRefusal(
-                f"chunk_start {start} is after chunk_end {end}; ask for chunk_start <= chunk_end "
-                f"(this document has chunks 0..{last})"
-            )
-        if start is not None and start > last:
-            raise ToolRefusal(
-                f"chunk_start {start} is past the end: {info.title!r} has {info.chunk_count} "
-                f"chunks (0..{last})"
-            )
-        if start is not None and start < 0:
-            notes.append(f"chunk_start {start} clamped to 0")
-            start = 0
-        if end is not None and end < 0:
-            raise ToolRefusal(f"chunk_end {end} is negative; chunks are numbered 0..{last}")
-        if end is not None and end > last:
-            notes.append(f"chunk_end {end} clamped to {last} (the document's last chunk)")
-            end = last
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            records = cur.execute(queries.READ_DOCUMENT, (doc_id, start, end, budget)).fetchall()
-        return self._read_result(info, start, end, budget, records, notes)
-
-    def _read_result(
-        self,
-        info: DocumentInfo,
-        start: int | None,
-        end: int | None,
-        budget: int,
-        records: list[dict[str, Any]],
-        notes: list[str],
-    ) -> dict[str, Any]:
-        status = str(records[0]["status"]) if records else "empty"
-        out: dict[str, Any] = {
-            "document_id": str(info.document_id),
-            "title": info.title,
-            "source_uri": info.source_uri,
-            "chunk_count": info.chunk_count,
-            "status": status,
-        }
-        if status == "chunks":
-            passages = [
-                Passage(
-                    document_id=info.document_id,
-                    title=info.title,
-                    source_uri=info.source_uri,
-                    chunk_index=int(r["chunk_index"]),
-                    content=str(r["content"]),
-                    heading_path=str(r.get("heading_path") or ""),
-                    chunk_id=None if r.get("chunk_id") is None else int(r["chunk_id"]),
-                )
-                for r in records
-            ]
-            self.remember(passages)
-            out["chunks"] = [
-                {
-                    "chunk_id": p.chunk_id,
-                    "chunk_index": p.chunk_index,
-                    "heading_path": p.heading_path,
-                    "content": p.content,
-                }
-                for p in passages
-            ]
-        elif status == "outline":
-            span = (
-                "the whole document"
-                if start is None and end is None
-                else f"chunks {start if start is not None else 0}.."
-                f"{end if end is not None else info.chunk_count - 1}"
-            )
-            tokens = records[0].get("range_tokens")
-            outline, left_out = outline_lines(records, budget)
-            out["outline"] = outline
-            out["message"] = (
-                f"{span} ({tokens} tokens) does not fit the remaining context budget of "
-                f"about {budget} tokens, so here is its outline instead (chunk ranges: "
-                "heading, tokens); call read_document again with a smaller "
-                "chunk_start..chunk_end range, choosing the section you need "
-                f"(chunks 0..{info.chunk_count - 1})"
-            )
-            if left_out:
-                out["message"] += (
-                    f"; the outline itself was cut: {left_out} more section(s) after chunk "
-                    f"{records[len(outline) - 1]['last_chunk_index']}, read a range from there "
-                    "to see their outline"
-                )
-        else:
-            out["message"] = "no chunk in that range"
-        if notes:
-            out["notes"] = notes
-        return out
+        self.remember(read.passages)
+        return read.to_dict()
 
     # -- explore_graph ----------------------------------------------------------------------
 
@@ -587,23 +480,6 @@ def _relation_types(value: Any) -> list[str] | None:
         if kind not in types:
             types.append(kind)
     return types
-
-
-def outline_lines(records: Sequence[Mapping[str, Any]], budget: int) -> tuple[list[str], int]:
-    """One line per section ("0-9: Heading > Sub (730 tokens)"), as many as fit ``budget``."""
-    lines: list[str] = []
-    used = 0
-    for record in records:
-        first, last = record["chunk_index"], record["last_chunk_index"]
-        span = f"{first}" if first == last else f"{first}-{last}"
-        heading = record.get("heading_path") or "(no heading)"
-        line = f"{span}: {heading} ({record.get('token_count')} tokens)"
-        cost = estimate_tokens(line) + 2
-        if len(lines) >= 3 and used + cost > budget - 150:
-            break
-        lines.append(line)
-        used += cost
-    return lines, len(records) - len(lines)
 
 
 def _unknown_keys(args: Mapping[str, Any], allowed: set[str]) -> list[str]:

@@ -367,18 +367,25 @@ class KnowledgeService:
     ) -> dict[str, Any]:
         """A document (named by id, source, or the end of its source) or a chunk range of it;
         what does not fit ``max_tokens`` comes back as its outline (kb.read_document)."""
-        from loader.answer.tools import Toolbox, ToolRefusal
+        from loader.answer.reading import Refusal, document_infos, read_document
 
         budget = _bounded("max_tokens", max_tokens, MIN_READ_TOKENS, MAX_READ_TOKENS, READ_TOKENS)
         scope = self._scope(category)
         with self.connection(collections) as conn:
-            doc_id = self._document_id(conn, document, scope)
-            tools = Toolbox(conn, self.settings, self, category=scope)
-            args = {"document_id": doc_id, "chunk_start": chunk_start, "chunk_end": chunk_end}
+            doc_id = uuid.UUID(self._document_id(conn, document, scope))
+            info = document_infos(conn, [doc_id], scope).get(doc_id)
+            if info is None:  # removed since find_document saw it
+                raise BadRequest(
+                    f"unknown document id {doc_id}; use a document_id from the catalogue or from "
+                    "search results"
+                )
             try:
-                return tools.read_document(args, budget)
-            except ToolRefusal as exc:
+                read = read_document(
+                    conn, info, chunk_start=chunk_start, chunk_end=chunk_end, budget=budget
+                )
+            except Refusal as exc:
                 raise BadRequest(str(exc)) from None
+        return read.to_dict()
 
     def neighbor_chunks(
         self,

@@ -404,7 +404,7 @@ def test_any_question_gets_an_agent_answer_not_a_crash(
 
 
 def test_an_outline_too_long_for_the_budget_is_cut() -> None:
-    from loader.answer.tools import outline_lines as _outline
+    from loader.answer.reading import outline_lines as _outline
 
     records = [
         {"chunk_index": i, "last_chunk_index": i, "heading_path": f"Part {i}", "token_count": 50}
