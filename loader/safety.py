@@ -16,11 +16,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
+
+import click
 
 T = TypeVar("T")
 
@@ -119,8 +122,6 @@ def json_text(data: Any) -> str:
     """``data`` as indented JSON for a terminal or a pipe: non-ASCII text stays readable, but
     DEL, C1 controls, bidirectional overrides and line separators are written as ``\\uXXXX``
     escapes (C0 controls already are), so the JSON means the same and prints safely."""
-    import json
-
     text = json.dumps(data, indent=2, default=str, ensure_ascii=False)
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
@@ -154,15 +155,11 @@ def echo(message: str = "", **kwargs: object) -> None:
     """``click.echo`` of text that may come from a document or a model: control sequences are
     stripped first, so a title or an answer cannot move the cursor, retitle the terminal or
     hide text."""
-    import click
-
     click.echo(printable(message), **kwargs)  # type: ignore[arg-type]
 
 
 def secho(message: str = "", **kwargs: object) -> None:
     """``click.secho`` (styled) through the same filter as :func:`echo`."""
-    import click
-
     click.secho(printable(message), **kwargs)  # type: ignore[arg-type]
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loader.errors import ConfigError
-from loader.filters import SearchFilters
+from loader.filters import SearchFilters, check_collection
 
 ENV_PREFIX = "PGKB_"
 DEFAULT_CHUNK_TOKENS = 200
@@ -269,8 +269,6 @@ class Settings:
 
     def collection_names(self) -> tuple[str, ...]:
         """``collections``, split and checked (empty when unset)."""
-        from loader.filters import check_collection
-
         names = [n.strip() for n in (self.collections or "").split(",") if n.strip()]
         return tuple(dict.fromkeys(check_collection(n, where="setting collections") for n in names))
 

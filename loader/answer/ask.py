@@ -13,17 +13,18 @@ import psycopg
 from loader.answer.agent import run_agent
 from loader.answer.result import Answer
 from loader.answer.single import answer_question
+from loader.db import queries
+from loader.db.session import connection
 from loader.filters import SearchFilters
-from loader.settings import Settings
+from loader.providers.chat import ChatClient
+from loader.providers.embeddings import get_embedder
+from loader.settings import Settings, load_settings
 
 
 @contextmanager
 def reader_connection(settings: Settings) -> Iterator[psycopg.Connection[Any]]:
     """A connection that can only read: autocommit (no transaction stays open while the model
     thinks) and every transaction read-only, whatever a tool or a bug would send."""
-    from loader.db import queries
-    from loader.db.session import connection
-
     with connection(settings, read=True) as conn:
         conn.autocommit = True
         conn.execute(queries.SESSION_READ_ONLY)
@@ -46,9 +47,6 @@ def ask(
     and graph).
 
     The reader agent's steps use ``agent_chat_model`` when it is set, else ``chat_model``."""
-    from loader.providers.chat import ChatClient
-    from loader.providers.embeddings import get_embedder
-
     filters = SearchFilters.of(category=category).merged(filters)
     if len(filters.category) == 1:
         category = filters.category[0]
@@ -90,6 +88,4 @@ def ask_agent(
     ``{"answer", "abstained", "citations": [...], "related_documents": [...], ...}``; opens its
     own connection with ``settings`` (default: pgkb's configuration).
     """
-    from loader.settings import load_settings
-
     return ask(question, settings or load_settings(), agent=True, category=category).to_json()

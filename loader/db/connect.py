@@ -15,7 +15,10 @@ from typing import Any
 
 import psycopg
 
+from loader.db import queries
+from loader.db.embedded import ensure_server
 from loader.errors import DatabaseError
+from loader.safety import redact as redact_secrets
 from loader.settings import Settings
 
 SCHEMA = "kb"
@@ -24,8 +27,6 @@ VERSION_TABLE = "alembic_version"
 
 def redact(url: str) -> str:
     """``url`` (or a DSN, or a message quoting one) with every password replaced by ``***``."""
-    from loader.safety import redact as redact_secrets
-
     return redact_secrets(url)
 
 
@@ -38,7 +39,6 @@ def database_url(settings: Settings, *, read: bool = False) -> str:
         return settings.read_database_url
     if settings.database_url:
         return settings.database_url
-    from loader.db.embedded import ensure_server
 
     return ensure_server(settings.pgdata)
 
@@ -127,8 +127,6 @@ def privilege_error(exc: Exception, url: str | None = None) -> DatabaseError:
 def _memberships(url: str | None) -> tuple[bool, bool]:
     """Whether the role of ``url`` is a member of kb_reader and of kb_writer (both False when
     the database cannot be asked)."""
-    from loader.db import queries
-
     if not url:
         return False, False
     try:

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 import re
 from pathlib import Path
 from typing import Any
 
 import click
 
+import loader.settings as module
+from loader.cli.main import cli
 from loader.errors import SQLSTATES
 from loader.resources import sql_functions_dir
 from loader.settings import ENV_PREFIX, Settings
@@ -38,8 +41,6 @@ MARKERS = {
 
 def setting_docs() -> dict[str, str]:
     """Each settings field's docstring (the string literal written under it), by field name."""
-    import loader.settings as module
-
     tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings")
     docs: dict[str, str] = {}
@@ -102,13 +103,10 @@ def _commands(
 
 def cli_commands() -> list[str]:
     """Every command path of the ``pgkb`` tree, e.g. ``pgkb db grant``."""
-    from loader.cli.main import cli
-
     return [path for path, _, _ in _commands(cli, "pgkb", click.Context(cli, info_name="pgkb"))]
 
 
 def cli_markdown() -> str:
-    from loader.cli.main import cli
 
     out: list[str] = []
     for path, command, ctx in _commands(cli, "pgkb", click.Context(cli, info_name="pgkb")):
@@ -151,7 +149,6 @@ def cli_markdown() -> str:
 
 
 def _dedent_help(text: str) -> str:
-    import inspect
 
     text = inspect.cleandoc(text)
     return text.replace("\b\n", "")

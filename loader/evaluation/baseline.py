@@ -37,6 +37,9 @@ from typing import Any
 
 from loader.errors import PgkbError
 from loader.evaluation.gate import Finding, compare, snapshot, summary_line
+from loader.evaluation.harness import parameters as recorded_defaults
+from loader.evaluation.questions import default_holdout_file, default_questions_file
+from loader.settings import Settings
 
 BASELINE_FILE = Path(__file__).resolve().parent.parent.parent / "eval" / "baseline.json"
 FORMAT = 2
@@ -66,9 +69,6 @@ def _portable(path: str) -> str:
 def _env_prefix(parameters: dict[str, Any]) -> str:
     """``PGKB_X=value `` for every recorded parameter that differs from its default (the
     defaults as a run records them: the input limit and chunk size the default model makes)."""
-    from loader.evaluation.harness import parameters as recorded_defaults
-    from loader.settings import Settings
-
     settings = Settings()
     defaults = recorded_defaults(settings)
     parts = []
@@ -98,8 +98,6 @@ def set_names(report: dict[str, Any]) -> tuple[str, str | None]:
     held-out one; otherwise the bundled files are ``bundled`` and ``bundled-holdout``, other
     question files their file name without ``.json``, and a BEIR dataset its name.
     """
-    from loader.evaluation.questions import default_holdout_file, default_questions_file
-
     if report["kind"] == "beir":
         return str(report.get("set") or report["dataset"]), None
     holdout = report.get("holdout")

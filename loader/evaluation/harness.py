@@ -14,16 +14,24 @@ step by step; its parts live in the sibling modules.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from psycopg import sql
 
 from loader.answer.abstention import AbstentionRule, load_rule, save_rule
+from loader.answer.abstention.profile import ensure_profile
 from loader.db import queries
+from loader.db.connect import connect, database_url
+from loader.db.migrations import current_revision, upgrade
+from loader.db.session import connection
 from loader.errors import PgkbError
 from loader.evaluation.beir import BeirDataset, load_beir
 from loader.evaluation.calibrate import Sample, calibrate, rule_rates
@@ -38,6 +46,12 @@ from loader.evaluation.runner import (
     per_query,
     run_queries,
 )
+from loader.filters import DEFAULT_COLLECTION
+from loader.ingest.pipeline import ingest_documents, ingest_paths
+from loader.ingest.sources import SourceDocument
+from loader.providers.embeddings import chunk_size, get_embedder, identity
+from loader.resources import sample_corpus_dir
+from loader.search import search
 from loader.settings import Settings
 
 Progress = Callable[[str], None]
@@ -55,8 +69,6 @@ def _quiet(_: str) -> None:
 def parameters(settings: Settings) -> dict[str, Any]:
     """The settings that shape retrieval, recorded beside every figure (the input limit and
     chunk size as the model makes them; prompts, backend and reranker only when set)."""
-    from loader.providers.embeddings import chunk_size, get_embedder, identity
-
     embedder = get_embedder(settings)
     params: dict[str, Any] = {
         "embedding_provider": settings.embedding_provider,
@@ -102,7 +114,6 @@ class _Retriever:
         self.failures: list[str] = []
 
     def __call__(self, text: str, embedding: Sequence[float], mode: str, limit: int) -> list[Any]:
-        from loader.search import search
 
         notes: list[str] = []
         rerank = mode == RERANKED
@@ -152,14 +163,11 @@ def _samples(results: Sequence[QueryResult]) -> list[Sample]:
 def _ingest_collection(settings: Settings) -> str:
     """The collection an eval ingests its corpus into: the one ``--collection`` names (the
     eval reads only it), else the default."""
-    from loader.filters import DEFAULT_COLLECTION
-
     names = settings.collection_names()
     return names[0] if len(names) == 1 else DEFAULT_COLLECTION
 
 
 def _ingest_corpus(settings: Settings, corpus: Path, progress: Progress) -> dict[str, Any]:
-    from loader.ingest.pipeline import ingest_paths
 
     if not corpus.exists():
         raise PgkbError(
@@ -180,9 +188,6 @@ def _ingest_corpus(settings: Settings, corpus: Path, progress: Progress) -> dict
 
 def _create_schema_if_missing(settings: Settings, progress: Progress) -> None:
     """A database without the kb schema gets it (one that is behind is left to the user)."""
-    from loader.db.connect import connect, database_url
-    from loader.db.migrations import current_revision, upgrade
-
     url = database_url(settings)
     conn = connect(url, register=False)
     try:
@@ -198,8 +203,6 @@ def _report_dict(report: Any) -> dict[str, Any]:
     if hasattr(report, "to_dict"):
         data = report.to_dict()
     elif hasattr(report, "__dataclass_fields__"):
-        import dataclasses
-
         data = dataclasses.asdict(report)
     else:
         data = dict(vars(report)) if hasattr(report, "__dict__") else {"report": str(report)}
@@ -214,8 +217,6 @@ def _short(summary: dict[str, Any]) -> str:
 def _ensure_profile(conn: psycopg.Connection[Any], embedder: Any, progress: Progress) -> None:
     """The gate's similarity profile, measured first when missing or stale; a read-only
     database keeps what it has (the relative_similarity signal is None without one)."""
-    from loader.answer.abstention.profile import ensure_profile
-
     try:
         profile = ensure_profile(conn, embedder.embed)
     except psycopg.Error as exc:
@@ -237,8 +238,6 @@ def _evaluate_items(
     retrievers: list[_Retriever],
 ) -> list[QueryResult]:
     """Run ``items`` through every retriever (recording it in ``retrievers``)."""
-    from loader.providers.embeddings import get_embedder
-
     embedder = get_embedder(settings)
     retriever = _Retriever(conn, settings)
     retrievers.append(retriever)
@@ -271,9 +270,6 @@ def evaluate_questions(
     progress: Progress = _quiet,
 ) -> dict[str, Any]:
     """The eval over a question file; with ``do_calibrate`` also derives and stores the rule."""
-    from loader.db.session import connection
-    from loader.resources import sample_corpus_dir
-
     questions = load_questions(questions_file)
     holdout = load_questions(holdout_file) if holdout_file else None
     if do_calibrate:
@@ -397,15 +393,12 @@ def beir_database_name(dataset: BeirDataset, settings: Settings) -> str:
     model = _slug(settings.embedding_model.rsplit("/", 1)[-1])
     name = f"pgkb_beir_{dataset.name}_{model}_{settings.embedding_dims}"
     if len(name) > 63:
-        import hashlib
-
         digest = hashlib.sha256(name.encode()).hexdigest()[:8]
         name = name[:54] + "_" + digest
     return name
 
 
 def _with_dbname(url: str, dbname: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path="/" + dbname))
@@ -413,11 +406,6 @@ def _with_dbname(url: str, dbname: str) -> str:
 
 def ensure_beir_database(settings: Settings, name: str, progress: Progress) -> str:
     """The URL of database ``name`` on the configured server, created and migrated if needed."""
-    from psycopg import sql
-
-    from loader.db.connect import connect, database_url
-    from loader.db.migrations import upgrade
-
     base = database_url(settings)
     admin = connect(base, autocommit=True, register=False)
     try:
@@ -444,11 +432,6 @@ def ingest_beir(settings: Settings, dataset: BeirDataset, progress: Progress) ->
 
     Unchanged entries (same content hash) are skipped, so a re-run costs a read of the file.
     """
-    from loader.db.session import connection
-    from loader.ingest.pipeline import ingest_documents
-    from loader.ingest.sources import SourceDocument
-    from loader.providers.embeddings import get_embedder
-
     embedder = get_embedder(settings)
     total = dataset.corpus_size()
     started = time.monotonic()
@@ -506,8 +489,6 @@ def evaluate_beir(
     progress: Progress = _quiet,
 ) -> dict[str, Any]:
     """The eval over a BEIR dataset, in its own database (``qrels_file``: other judgements)."""
-    from loader.db.session import connection
-
     dataset = load_beir(folder, split, qrels_file)
     name = beir_database_name(dataset, settings)
     url = ensure_beir_database(settings, name, progress)

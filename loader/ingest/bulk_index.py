@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from loader.db import queries
 from loader.errors import PgkbError
@@ -116,7 +117,6 @@ class BulkIndex:
         ``pgkb db reindex``."""
         if self.dropped is None:
             return
-        from psycopg.pq import TransactionStatus
 
         conn = self.conn
         name = self.dropped["index"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import re
 import warnings
 from pathlib import Path
@@ -424,8 +425,6 @@ def _no_nul(text: str) -> str:
 
 def extract_pdf(data: bytes) -> Extracted:
     """Text per page (pypdf); one section per page under the document's outline, if any."""
-    import logging
-
     from pypdf import PdfReader
     from pypdf.errors import FileNotDecryptedError, PdfReadError
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import psycopg
 
+from loader.answer.abstention.profile import ensure_profile
+from loader.db.session import connection
 from loader.errors import ConfigError, DatabaseError, PgkbError
 from loader.filters import DEFAULT_COLLECTION, check_collection
 from loader.graph.links import resolve_links
@@ -143,8 +145,6 @@ def refresh_profile(
 ) -> None:
     """Measure the corpus's similarity profile again when the corpus or model changed enough
     (:mod:`loader.answer.abstention.profile`); a failure is logged and the ingest stands."""
-    from loader.answer.abstention.profile import ensure_profile
-
     if report.aborted:
         return
     try:
@@ -176,8 +176,6 @@ def ingest_paths(
     the embedding model mid-run sets ``report.aborted``: documents already committed are
     complete, the rest keep their stored version, and nothing is pruned.
     """
-    from loader.db.session import connection
-
     report = IngestReport()
     started = time.perf_counter()
     meta = dict(meta or {})

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from loader.db import queries
 from loader.ingest.report import IngestReport
@@ -24,7 +25,6 @@ log = logging.getLogger(__name__)
 
 
 def _reset(conn: psycopg.Connection[Any]) -> None:
-    from psycopg.pq import TransactionStatus
 
     if conn.info.transaction_status != TransactionStatus.IDLE:
         conn.rollback()

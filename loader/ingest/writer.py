@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from loader.db import queries
 from loader.errors import PgkbError
@@ -308,8 +309,6 @@ def ingest_lock(
     (``holder``: who) and a wait for it; without, :class:`PgkbError` at once. The lock is
     released when the block ends or, if the process dies, when its connection closes.
     """
-    from psycopg.pq import TransactionStatus
-
     conn.execute(queries.SET_APPLICATION_NAME, (what,))
     row = conn.execute(queries.TRY_ADVISORY_LOCK, (INGEST_LOCK_KEY,)).fetchone()
     conn.commit()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from loader.db import queries
 from loader.errors import PgkbError
@@ -19,8 +20,6 @@ from loader.filters import DEFAULT_COLLECTION, check_collection
 
 def list_collections(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     """The collections the role may read, with description and document and chunk counts."""
-    from psycopg.rows import dict_row
-
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(queries.COLLECTION_LIST).fetchall()
     conn.rollback()

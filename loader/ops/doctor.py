@@ -25,10 +25,16 @@ import dataclasses
 from typing import Any
 
 import psycopg
+from psycopg.rows import class_row
 
 from loader.db import queries
+from loader.db.connect import connect, database_url
+from loader.db.migrations import current_revision, head_revision
 from loader.errors import PgkbError
-from loader.resources import function_grants
+from loader.ingest.writer import lock_holder
+from loader.providers.embeddings import chunk_size, get_embedder
+from loader.resources import function_files, function_grants
+from loader.safety import redact
 from loader.settings import Settings
 
 MIN_PGVECTOR = (0, 8)
@@ -81,7 +87,6 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def _check(name: str, ok: bool, detail: str, fix: str = "") -> Check:
-    from loader.safety import redact
 
     # a detail may quote a URL or DSN (libpq's errors do): never a password in doctor's output
     return Check(name, "ok" if ok else "fail", redact(detail), EXPLAIN[name], "" if ok else fix)
@@ -101,8 +106,6 @@ def function_drift(conn: psycopg.Connection[Any]) -> list[str]:
 
     Re-runs every file of sql_functions/ in a transaction that is rolled back, and compares
     ``pg_get_functiondef`` before and after (as tests/sql/test_migrations.py does)."""
-    from loader.resources import function_files
-
     files = function_files()
     before = conn.execute(queries.KB_FUNCTION_DEFINITIONS).fetchall()
     problems: list[str] = []
@@ -128,12 +131,6 @@ def function_drift(conn: psycopg.Connection[Any]) -> list[str]:
 
 def run_checks(settings: Settings) -> list[Check]:
     """Every check, in order; never raises for what it checks."""
-    import psycopg
-    from psycopg.rows import class_row
-
-    from loader.db.connect import connect, database_url, redact
-    from loader.db.migrations import current_revision, head_revision
-
     checks: list[Check] = []
     try:
         url = database_url(settings)
@@ -315,8 +312,6 @@ def run_checks(settings: Settings) -> list[Check]:
 def _indexes_check(conn: psycopg.Connection[Any]) -> Check:
     """No invalid kb index, and every model (up to 2,000 dims) has its HNSW index, unless a load
     holding the ingestion lock dropped it for a bulk load and builds it when it ends."""
-    from loader.ingest.writer import lock_holder
-
     invalid = [r[0] for r in conn.execute(queries.INVALID_KB_INDEXES).fetchall()]
     missing = conn.execute(queries.MODELS_WITHOUT_INDEX).fetchall()
     pid, holder = lock_holder(conn) if missing else (None, "")
@@ -346,7 +341,6 @@ def _indexes_check(conn: psycopg.Connection[Any]) -> Check:
 
 
 def _settings_check(settings: Settings) -> Check:
-    from loader.providers.embeddings import chunk_size, get_embedder
 
     try:
         embedder = get_embedder(settings)

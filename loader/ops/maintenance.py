@@ -9,8 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from loader.db import queries
+from loader.ingest.writer import INGEST_LOCK_KEY
 
 
 def build_missing(
@@ -25,10 +27,6 @@ def build_missing(
     Holds the ingestion lock meanwhile; while a load holds it (and will build the index itself
     when it ends), nothing is built. One row per model without its index: ``index``,
     ``built`` (bool), ``error`` (None, or why it was not built)."""
-    import psycopg
-
-    from loader.ingest.writer import INGEST_LOCK_KEY
-
     missing = conn.execute(queries.MODELS_WITHOUT_INDEX).fetchall()
     if not missing:
         return []
@@ -62,9 +60,6 @@ def reindex(
 
     One row per index: ``index``, ``was_invalid`` and ``error`` (None, or why the rebuild failed:
     the index keeps its previous state and the others are still rebuilt)."""
-    import psycopg
-    from psycopg import sql
-
     done: list[dict[str, Any]] = []
     for name, invalid in conn.execute(queries.KB_INDEXES).fetchall():
         if progress:
@@ -82,8 +77,6 @@ def vacuum(
     conn: psycopg.Connection[Any], progress: Callable[[str], None] | None = None
 ) -> list[str]:
     """VACUUM (ANALYZE) every kb table; ``conn`` in autocommit."""
-    from psycopg import sql
-
     done = []
     for (name,) in conn.execute(queries.KB_TABLES).fetchall():
         if progress:

@@ -19,13 +19,21 @@ import dataclasses
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg.rows import class_row
 
 from loader.db import queries
+from loader.db.session import connection
 from loader.errors import ConfigError, ModelMismatchError, PgkbError, database_error
+from loader.ingest.bulk_index import bulk_index
+from loader.ingest.chunking import Chunker
+from loader.ingest.writer import ingest_lock
+from loader.providers.embeddings import chunk_size, get_embedder
+from loader.providers.local import folder_prompts, model_folder
 from loader.settings import Settings
 
 if TYPE_CHECKING:
@@ -43,7 +51,6 @@ Model = queries.ModelInfo
 
 
 def list_models(conn: psycopg.Connection[Any]) -> list[Model]:
-    from psycopg.rows import class_row
 
     with conn.cursor(row_factory=class_row(Model)) as cur:
         models = cur.execute(queries.MODELS).fetchall()
@@ -94,8 +101,6 @@ def add_model(
     if provider not in ("local", "openai"):
         raise ConfigError(f"provider must be 'local' or 'openai', got {provider!r}")
     if provider == "local" and (query_prompt is None or document_prompt is None):
-        from loader.providers.local import folder_prompts, model_folder
-
         declared = folder_prompts(model_folder(name))
         query_prompt = declared[0] if query_prompt is None else query_prompt
         document_prompt = declared[1] if document_prompt is None else document_prompt
@@ -135,8 +140,6 @@ def _sql_error(conn: psycopg.Connection[Any], exc: Exception) -> PgkbError | Non
 
 def activate(conn: psycopg.Connection[Any], name: str, dims: int | None = None) -> Model:
     """Make the model the active one (atomic); refused while chunks lack its vectors."""
-    import psycopg
-
     model = find_model(conn, name, dims)
     try:
         conn.execute(queries.ACTIVATE_MODEL, (model.name, model.dims))
@@ -151,8 +154,6 @@ def activate(conn: psycopg.Connection[Any], name: str, dims: int | None = None) 
 
 def drop(conn: psycopg.Connection[Any], name: str, dims: int | None = None) -> int:
     """Remove a (non-active) model with its vectors and index; the number of vectors removed."""
-    import psycopg
-
     model = find_model(conn, name, dims)
     try:
         row = conn.execute(queries.DROP_MODEL, (model.name, model.dims)).fetchone()
@@ -200,8 +201,6 @@ def model_settings(settings: Settings, model: Model) -> Settings:
 def settings_for_model(settings: Settings, name: str) -> Settings:
     """``settings`` with the embedding model set to the registered model ``name`` (for
     ``pgkb eval --model``: queries embedded by it, searches through its vectors)."""
-    from loader.db.session import connection
-
     with connection(settings) as conn:
         model = find_model(conn, name)
     if model.missing:
@@ -252,12 +251,6 @@ def reembed(
     Each batch is committed on its own: an interruption loses at most the batch in flight, and
     the next run starts with what is still missing. Vectors whose length differs from the
     model's declared dims stop the run before anything of that batch is stored."""
-    from loader.db.session import connection
-    from loader.ingest.bulk_index import bulk_index
-    from loader.ingest.chunking import Chunker
-    from loader.ingest.writer import ingest_lock
-    from loader.providers.embeddings import chunk_size, get_embedder
-
     size = batch_size or max(settings.embedding_batch_size, 1) * 4
     with connection(settings) as conn:
         model = find_model(conn, name, dims)
@@ -301,7 +294,6 @@ def _reembed_batches(
 ) -> None:
     """Embed and store, batch after batch (each committed), every chunk lacking a vector."""
     from pgvector import Vector
-    from psycopg.rows import class_row
 
     after = 0
     while True:
@@ -336,7 +328,6 @@ def _reembed_batches(
 
 
 def _returned_dims(message: str) -> str:
-    import re
 
     found = re.search(r"returned (\d+)-dimensional", message)
     return found.group(1) if found else "other"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.rows import class_row
 
 from loader.db import queries
 from loader.errors import PgkbError
@@ -33,8 +34,6 @@ def parse_interval(conn: psycopg.Connection[Any], text: str) -> str:
     """The PostgreSQL interval ``text`` denotes (``90d`` -> ``90 days``), validated by the server.
 
     Raises :class:`PgkbError` naming the value when it is not an interval or is negative."""
-    import psycopg
-
     hint = "use e.g. 90d, 12h, 2w, or PostgreSQL interval text such as '3 months'"
     raw = (text or "").strip()
     match = _SHORT.match(raw)
@@ -64,8 +63,6 @@ def stale(
 ) -> list[dict[str, Any]]:
     """The documents not updated for longer than ``older_than`` (an interval text), oldest
     first, as dicts (``document_id`` as text); only of ``collections`` when given."""
-    from psycopg.rows import class_row
-
     with conn.cursor(row_factory=class_row(queries.StaleDocument)) as cur:
         rows = cur.execute(
             queries.STALE_DOCUMENTS, (older_than, list(collections) or None)
@@ -129,8 +126,6 @@ def remove(
 
     All or nothing: when a target matches no document (or the pattern matches none), nothing is
     removed and :class:`NothingMatched` names what matched nothing."""
-    from psycopg.rows import class_row
-
     if not targets and source_like is None:
         raise PgkbError(
             "name what to remove", hint="pgkb docs remove SOURCE|ID... or --source-like"

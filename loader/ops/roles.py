@@ -17,9 +17,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
 
 from loader.db import queries
 from loader.errors import PgkbError
+from loader.filters import check_collection
 
 
 def grant(
@@ -33,11 +36,6 @@ def grant(
 ) -> list[str]:
     """Grant ROLE read and/or write access (reading: ``collections`` only, when given);
     returns the statements run (for the report)."""
-    import psycopg
-    from psycopg import sql
-
-    from loader.filters import check_collection
-
     if not read and not write:
         raise PgkbError("say what to grant", hint="--read (search) or --write (load)")
     if collections and not read:
@@ -119,8 +117,6 @@ def grants(conn: psycopg.Connection[Any], role: str | None = None) -> list[dict[
     """The collection grants (of ``role``, or every role's), by role: ``collection`` None means
     every collection; ``role_exists`` and ``reader`` (a member of kb_reader) say whether the
     grant is in effect."""
-    from psycopg.rows import dict_row
-
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(queries.COLLECTION_GRANTS, {"role": role}).fetchall()
     conn.rollback()
@@ -130,11 +126,6 @@ def grants(conn: psycopg.Connection[Any], role: str | None = None) -> list[dict[
 def revoke(conn: psycopg.Connection[Any], role: str, collections: Sequence[str] = ()) -> list[str]:
     """Take collections from ROLE (``collections``), or (none given) its reading altogether:
     every grant, and its membership in kb_reader. Returns what was done (for the report)."""
-    import psycopg
-    from psycopg import sql
-
-    from loader.filters import check_collection
-
     if role in ("kb_reader", "kb_writer"):
         raise PgkbError(f"{role} is one of pgkb's own group roles; revoke from a service role")
     names = list(dict.fromkeys(check_collection(c) for c in collections))
