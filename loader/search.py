@@ -26,6 +26,7 @@ from psycopg.rows import class_row
 from loader.db import queries
 from loader.errors import PgkbError, database_error
 from loader.filters import SearchFilters
+from loader.providers.rerank import RerankError, get_reranker
 from loader.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -202,7 +203,6 @@ def _reranker(settings: Settings, mode: Mode, rerank: bool | None) -> Any:
         if rerank and mode != "hybrid":
             raise PgkbError(f"reranking applies to hybrid search, not {mode}")
         return None
-    from loader.providers.rerank import get_reranker
 
     reranker = get_reranker(settings)
     if reranker is None and rerank:
@@ -226,8 +226,6 @@ def rerank_hits(
 ) -> list[SearchHit]:
     """The best ``limit`` of ``hits`` in ``reranker``'s order, with their ``rerank_score``; on
     failure the fused order (the first ``limit``), with a note and a warning saying so."""
-    from loader.providers.rerank import RerankError
-
     if not hits:
         return []
     try:

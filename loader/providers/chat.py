@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from loader.errors import ConfigError, PgkbError
 from loader.providers import openai_compat
-from loader.safety import redact
+from loader.safety import call_with_timeout, redact
 from loader.settings import Settings
 
 
@@ -123,8 +123,6 @@ class ChatClient:
 
         ``options``: more request fields (``temperature``, ``max_tokens``, ...)."""
         import openai
-
-        from loader.safety import call_with_timeout
 
         kwargs: dict[str, Any] = {"model": self.model, "messages": list(messages)}
         kwargs.update(options or {})

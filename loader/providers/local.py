@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from loader.errors import ConfigError, ModelMismatchError
+from loader.providers.onnx_backend import OnnxSentenceModel
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +155,6 @@ def load_model(path: str, device: str = "cpu", backend: str = "torch", **options
         if model is None:
             started = time.perf_counter()
             if backend == "onnx":
-                from loader.providers.onnx_backend import OnnxSentenceModel
-
                 model = OnnxSentenceModel.load(
                     Path(path), lambda: _sentence_transformer(path, "cpu"), **options
                 )

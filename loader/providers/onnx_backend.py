@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -22,6 +23,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import platformdirs
 
 from loader.errors import ConfigError
 
@@ -32,7 +35,6 @@ EXPORT_VERSION = 1
 
 
 def default_cache_dir() -> Path:
-    import platformdirs
 
     return platformdirs.user_cache_path("pgkb") / "onnx"
 
@@ -47,7 +49,6 @@ def folder_digest(folder: Path) -> str:
 
 
 def _require(module: str, why: str) -> Any:
-    import importlib
 
     try:
         return importlib.import_module(module)

@@ -15,9 +15,11 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 from loader.errors import PgkbError
+from loader.safety import redact
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,6 @@ def retry_delay(attempt: int, exc: Exception, *, base: float, cap: float) -> flo
             try:
                 return min(float(raw), cap * 4)
             except ValueError:
-                from email.utils import parsedate_to_datetime
-
                 try:
                     when = parsedate_to_datetime(raw).timestamp()
                     return min(max(0.0, when - time.time()), cap * 4)
@@ -114,7 +114,6 @@ class Endpoint:
     """Appended to the hint when the retries are used up (e.g. what was not written)."""
 
     def __str__(self) -> str:
-        from loader.safety import redact
 
         where = redact(self.base_url) if self.base_url else "https://api.openai.com/v1"
         return f"{self.kind} at {where} (model {self.model})"

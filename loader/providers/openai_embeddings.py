@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from loader.errors import ModelMismatchError, PgkbError
 from loader.providers import openai_compat
+from loader.safety import api_key_for
 
 OPENAI_MAX_BATCH = 2048
 """The OpenAI embeddings API accepts at most this many inputs per request."""
@@ -71,8 +72,6 @@ class OpenAIEmbedder:
     @functools.cached_property
     def client(self) -> Any:
         """The SDK client, made on first use (importing ``openai`` takes a moment)."""
-        from loader.safety import api_key_for
-
         return openai_compat.make_client(
             base_url=self.base_url,
             # OPENAI_API_KEY goes to OpenAI's API only, never to another base_url; local

@@ -32,6 +32,8 @@ from typing import Any, ClassVar, Protocol
 
 from loader.errors import PgkbError
 from loader.providers import openai_compat
+from loader.providers.local import model_folder
+from loader.safety import call_with_timeout
 from loader.settings import Settings
 
 
@@ -186,8 +188,6 @@ class LocalReranker:
     batch_size: int = 32
 
     def rerank(self, query: str, documents: Sequence[str], top_n: int) -> list[Ranked]:
-        from loader.providers.local import model_folder
-        from loader.safety import call_with_timeout
 
         if not documents:
             return []
