@@ -31,9 +31,21 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
 
+from loader.answer.reading import Refusal, document_infos, read_document
+from loader.answer.single import answer_question
+from loader.answer.tools import MAX_GRAPH_DEPTH, MAX_GRAPH_LIMIT, Toolbox, ToolRefusal
 from loader.db import queries
-from loader.errors import DatabaseError, ModelMismatchError, PgkbError
+from loader.db.connect import connect, database_url, privilege_error, register_vector
+from loader.db.migrations import check_schema
+from loader.db.session import scope_session
+from loader.errors import ConfigError, DatabaseError, ModelMismatchError, PgkbError
+from loader.filters import check_collection
+from loader.graph.catalogue import DocumentNotFound, find_document, list_documents
+from loader.providers.chat import ChatClient
+from loader.providers.embeddings import get_embedder
+from loader.search import MODES, search
 from loader.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -80,9 +92,6 @@ def _configurer(settings: Settings) -> Callable[[psycopg.Connection[Any]], None]
     def configure(conn: psycopg.Connection[Any]) -> None:
         """A new pooled connection: autocommit, every transaction read-only, pgvector's types,
         the served collections (``--collection``) as the session's."""
-        from loader.db.connect import register_vector
-        from loader.db.session import scope_session
-
         conn.autocommit = True
         conn.execute(queries.SESSION_READ_ONLY)
         conn.read_only = True
@@ -103,11 +112,6 @@ class KnowledgeService:
         pool_size: int = 4,
         wait_timeout: float = 10.0,
     ) -> None:
-        from psycopg_pool import ConnectionPool
-
-        from loader.db.connect import database_url
-        from loader.providers.chat import ChatClient
-        from loader.providers.embeddings import get_embedder
 
         self.settings = settings
         self.category = category.strip() if category and category.strip() else None
@@ -135,9 +139,6 @@ class KnowledgeService:
     def open(self) -> KnowledgeService:
         """Load the model, open the pool and check the schema and the model; raises a
         :class:`PgkbError` saying what to fix (the server does not start)."""
-        from loader.db.connect import connect, privilege_error
-        from loader.db.migrations import check_schema
-
         self.embed_query("warm up")
         conn = connect(self.url, register=False)  # a clear error for a wrong URL or a down server
         try:
@@ -167,9 +168,6 @@ class KnowledgeService:
 
     def _collections(self, collections: Sequence[str] | None) -> tuple[str, ...]:
         """A call's ``collections``, checked: valid names, within the served ones."""
-        from loader.errors import ConfigError
-        from loader.filters import check_collection
-
         if collections is None:
             return ()
         if isinstance(collections, str) or not isinstance(collections, Sequence):
@@ -199,9 +197,6 @@ class KnowledgeService:
         """A pooled read-only connection, kept to ``collections`` (within the served ones) for
         the call; database failures become :class:`Unavailable`, a missing grant one message
         naming ``pgkb db grant``, any other SQL error :class:`BadRequest`."""
-        from psycopg_pool import PoolTimeout
-
-        from loader.db.connect import privilege_error
 
         names = self._collections(collections)
         try:
@@ -289,8 +284,6 @@ class KnowledgeService:
         collections: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """The best chunks for ``query`` (kb.hybrid_search, kb.vector_search, kb.keyword_search)."""
-        from loader.search import MODES, search
-
         text = _text("query", query)
         if mode not in MODES:
             raise BadRequest(f"unknown mode {mode!r}; use one of: {', '.join(MODES)}")
@@ -337,8 +330,6 @@ class KnowledgeService:
     ) -> dict[str, Any]:
         """The cited answer (or "I don't know"), as ``pgkb ask --json`` prints it; without a chat
         model the answer is the cited passages."""
-        from loader.answer.single import answer_question
-
         text = _text("question", question)
         scope = self._scope(category)
         with self.connection(collections) as conn:
@@ -348,7 +339,6 @@ class KnowledgeService:
         return answer.to_json()
 
     def _document_id(self, conn: psycopg.Connection[Any], ref: str, scope: str | None) -> str:
-        from loader.graph.catalogue import DocumentNotFound, find_document
 
         try:
             return find_document(conn, _text("document", ref, 2000), filters=self._filters(scope))
@@ -367,8 +357,6 @@ class KnowledgeService:
     ) -> dict[str, Any]:
         """A document (named by id, source, or the end of its source) or a chunk range of it;
         what does not fit ``max_tokens`` comes back as its outline (kb.read_document)."""
-        from loader.answer.reading import Refusal, document_infos, read_document
-
         budget = _bounded("max_tokens", max_tokens, MIN_READ_TOKENS, MAX_READ_TOKENS, READ_TOKENS)
         scope = self._scope(category)
         with self.connection(collections) as conn:
@@ -443,8 +431,6 @@ class KnowledgeService:
     ) -> dict[str, Any]:
         """Documents around a document, matching a query, or the most connected ones
         (kb.explore_graph within the scope)."""
-        from loader.answer.tools import MAX_GRAPH_DEPTH, MAX_GRAPH_LIMIT, Toolbox, ToolRefusal
-
         scope = self._scope(category)
         args: dict[str, Any] = {
             "depth": _bounded("depth", depth, 1, MAX_GRAPH_DEPTH, 1),
@@ -472,8 +458,6 @@ class KnowledgeService:
     ) -> dict[str, Any]:
         """The catalogue: each document's id, title, source, type, summary, key entities and
         counts (kb.document_list within the scope), by title."""
-        from loader.graph.catalogue import list_documents
-
         count = _bounded("limit", limit, 1, MAX_LIST_LIMIT, LIST_LIMIT)
         scope = self._scope(category)
         with self.connection(collections) as conn:
