@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from loader.cli.base import App, setting_option
+from loader.cli.base import App, emit_json, setting_option
 from loader.cli.filters import filter_options, joined, search_filters
 from loader.safety import echo, printable, secho
 
@@ -52,7 +52,6 @@ def ask(
     """
     from loader.answer.ask import ask as ask_question
     from loader.answer.prompt import prepare_question
-    from loader.cli.base import emit_json
 
     settings = app.settings(
         chat_model=chat_model,

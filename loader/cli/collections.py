@@ -7,6 +7,7 @@ import sys
 import click
 
 from loader.cli.base import App, emit_json, pass_app
+from loader.errors import PgkbError
 from loader.safety import echo, one_line
 
 
@@ -60,7 +61,6 @@ def drop_command(app: App, name: str, yes: bool) -> None:
     the grants of it. The default collection is emptied, not deleted. Asks first (or --yes);
     without a terminal and without --yes nothing is deleted."""
     from loader.db.session import connection
-    from loader.errors import PgkbError
     from loader.ops.collections import drop, list_collections
 
     with connection(app.settings()) as conn:

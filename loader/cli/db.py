@@ -9,7 +9,7 @@ import click
 
 from loader.cli.base import App, emit_json, pass_app
 from loader.errors import PgkbError
-from loader.safety import echo
+from loader.safety import echo, redact
 
 
 @click.group()
@@ -23,7 +23,7 @@ def db() -> None:
 @pass_app
 def db_upgrade(app: App, revision: str) -> None:
     """Create or upgrade the kb schema (alembic upgrade REVISION, default head)."""
-    from loader.db.connect import database_url, redact
+    from loader.db.connect import database_url
     from loader.db.migrations import upgrade
 
     url = database_url(app.settings())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from loader.cli.base import App
+from loader.cli.base import App, emit_json
 from loader.safety import echo
 
 
@@ -14,7 +14,6 @@ from loader.safety import echo
 def doctor(app: App, as_json: bool) -> None:
     """Check the server, pgvector, the schema and its functions, indexes, embeddings, dims,
     settings, roles and schema public. Exit code 0 when all pass, 1 when any fails."""
-    from loader.cli.base import emit_json
     from loader.ops.doctor import render, run_checks
 
     checks = run_checks(app.settings())

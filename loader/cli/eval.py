@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
-from loader.cli.base import App
+from loader.cli.base import App, emit_json
 from loader.cli.filters import collection_option, joined
 from loader.errors import PgkbError
+from loader.evaluation.questions import default_holdout_file, default_questions_file
 from loader.safety import echo
 
 
@@ -141,9 +142,7 @@ def eval_command(
     Exit codes: 0 success, 1 the eval gate failed (or recording would lower the baseline),
     2 bad input or configuration.
     """
-    from loader.cli.base import emit_json
     from loader.evaluation.harness import evaluate_beir, evaluate_questions
-    from loader.evaluation.questions import default_holdout_file, default_questions_file
     from loader.evaluation.report import render
 
     if check_baseline and record_baseline:

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from loader.cli.ingest import parse_meta
 from loader.filters import SearchFilters
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -63,8 +64,6 @@ def search_filters(
     collections: tuple[str, ...] = (),
 ) -> SearchFilters:
     """The filters the options ask for, as the one value the search takes to SQL."""
-    from loader.cli.ingest import parse_meta
-
     return SearchFilters.of(
         category=category,
         metadata=parse_meta(meta_filters),

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
 import click
 
-from loader.cli.base import App, setting_option
+from loader.cli.base import App, emit_json, setting_option
 from loader.safety import echo, one_line, secho
 
 
@@ -145,9 +146,6 @@ def ingest(
     transaction; unchanged chunks keep their embeddings. Exit codes: 0 all went well, 1 some
     files failed (the rest were ingested), 2 configuration, connection or model error.
     """
-    import logging
-
-    from loader.cli.base import emit_json
     from loader.ingest.pipeline import ingest_paths
 
     settings = app.settings(

@@ -18,7 +18,7 @@ import click
 
 from loader.cli.base import VERBOSE_HELP, App, accept_verbose, emit_json, setting_option
 from loader.errors import ConfigError, DatabaseError, PgkbError, database_error
-from loader.safety import echo, secho
+from loader.safety import echo, redact, secho
 
 __all__ = ["cli", "main"]
 
@@ -35,8 +35,6 @@ def wants_json(args: Sequence[str]) -> bool:
 def fail(ctx: click.Context, message: str, hint: str, exit_code: int) -> NoReturn:
     """Report an error and exit: with ``--json``, one JSON object (``error``, ``hint``,
     ``exit_code``) on stdout, for schedulers; always the message and hint on stderr."""
-    from loader.safety import redact
-
     message, hint = redact(message), redact(hint)
     if ctx.meta.get(JSON_FLAG):
         emit_json({"error": message, "hint": hint, "exit_code": exit_code})

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from loader.cli.base import App
+from loader.cli.base import App, emit_json
 from loader.safety import echo
 
 
@@ -22,7 +22,6 @@ def models() -> None:
 @click.pass_obj
 def models_list(app: App, as_json: bool) -> None:
     """The registered models with their coverage: embeddings stored, chunks missing, index."""
-    from loader.cli.base import emit_json
     from loader.db.session import connection
     from loader.ops.models import list_models
 
@@ -218,7 +217,6 @@ def reembed(
     interrupted run resumes where it stopped. Holds the ingestion lock: never runs beside an
     ingest or another reembed. Then: pgkb eval --model MODEL, pgkb models activate MODEL.
     """
-    from loader.cli.base import emit_json
     from loader.ops.models import reembed as run_reembed
 
     bar = _Bar(sys.stderr.isatty() and not as_json)

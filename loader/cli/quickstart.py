@@ -6,8 +6,10 @@ import click
 
 from loader.cli.ask import ask
 from loader.cli.base import App
+from loader.cli.ingest import summary_line
 from loader.errors import PgkbError
-from loader.safety import echo, secho
+from loader.resources import sample_corpus_dir
+from loader.safety import echo, redact, secho
 
 QUICKSTART_QUESTIONS = (
     "How can I build an index without locking out writes to the table?",
@@ -42,7 +44,7 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
     """
     app = ctx.find_object(App)
     assert app is not None
-    from loader.db.connect import database_url, redact
+    from loader.db.connect import database_url
     from loader.db.demo import create_demo_database, drop_demo_database
     from loader.db.migrations import upgrade
     from loader.db.status import schema_status
@@ -75,9 +77,7 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
     upgrade(url)
     echo(f"kb schema is up to date on {redact(url)}", err=True)
 
-    from loader.cli.ingest import summary_line
     from loader.ingest.pipeline import ingest_paths
-    from loader.resources import sample_corpus_dir
 
     corpus = sample_corpus_dir()
     echo(f"ingesting the sample corpus {corpus} (first run: minutes on a CPU)", err=True)
@@ -115,8 +115,6 @@ def _shown(url: str) -> str:
     """``url`` as the user can paste it: redacted only when it holds a password (the embedded
     server's URL has an empty one, which redaction would turn into ``***``)."""
     import psycopg
-
-    from loader.db.connect import redact
 
     try:
         password = psycopg.conninfo.conninfo_to_dict(url).get("password")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from loader.cli.base import App
+from loader.cli.base import App, emit_json
 from loader.cli.filters import collection_option, joined
 from loader.safety import echo, one_line
 
@@ -27,7 +27,6 @@ def stale(app: App, older_than: str, collections: tuple[str, ...], as_json: bool
 
     Exit code 0 also when none is stale; 2 when INTERVAL is not an interval.
     """
-    from loader.cli.base import emit_json
     from loader.db.session import connection
     from loader.ops.removal import parse_interval
     from loader.ops.removal import stale as find_stale
@@ -80,7 +79,6 @@ def remove(
     or pass --yes. Exit codes: 0 removed, 1 something named matched no document (nothing is
     removed), 2 bad input or database error.
     """
-    from loader.cli.base import emit_json
     from loader.db.session import connection
     from loader.ops.removal import remove as run_remove
 

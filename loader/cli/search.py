@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from loader.cli.base import App
+from loader.cli.base import App, emit_json
 from loader.cli.filters import filter_options, joined, search_filters
+from loader.errors import PgkbError
 from loader.safety import echo, one_line
 
 if TYPE_CHECKING:
@@ -92,9 +93,7 @@ def search(
     rankings (kb.hybrid_search); keyword mode needs no model. Quote phrases ("write ahead log"),
     exclude words with -word.
     """
-    from loader.cli.base import emit_json
     from loader.db.session import connection
-    from loader.errors import PgkbError
     from loader.search import search as run_search
 
     settings = app.settings(min_similarity=min_similarity, collections=joined(collections))

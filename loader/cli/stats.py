@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from loader.cli.base import App
+from loader.cli.base import App, emit_json
 from loader.cli.filters import collection_option, joined
 from loader.safety import echo
 
@@ -23,7 +23,6 @@ from loader.safety import echo
 def stats(app: App, runs: int, collections: tuple[str, ...], as_json: bool) -> None:
     """Documents, chunks, embeddings per model, categories with their oldest and newest update,
     table and index sizes, the active model and the last ingestion runs."""
-    from loader.cli.base import emit_json
     from loader.db.session import connection
     from loader.ops.stats import render
     from loader.ops.stats import stats as read_stats

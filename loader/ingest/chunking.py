@@ -25,6 +25,8 @@ import dataclasses
 import hashlib
 from collections.abc import Sequence
 
+from semchunk.semchunk import chunk as semchunk_chunk
+
 from loader.ingest.extract import EXTRACTOR_VERSION, Section
 from loader.providers.embeddings import Embedder, chunk_size, reserved_tokens
 from loader.settings import Settings
@@ -120,8 +122,6 @@ class Chunker:
 
     def split(self, text: str, size: int) -> list[str]:
         """``text`` in pieces of at most ``size`` tokens (semchunk, with the overlap)."""
-        from semchunk.semchunk import chunk as semchunk_chunk
-
         overlap = min(self.chunk_overlap, size // 2) or None
         pieces = semchunk_chunk(
             text, size, self._count, memoize=True, cache_maxsize=65536, overlap=overlap

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import resource
 import socket
 import subprocess
 import sys
@@ -47,8 +48,6 @@ def main(fd: int) -> None:
 
 def _serve(conn: Connection, function: ExtractFunction, memory_bytes: int) -> None:
     """The worker's loop: ``(data, path, mime)`` in, ``(kind, value)`` out, until ``None``."""
-    import resource
-
     if memory_bytes > 0:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
         limit = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
