@@ -76,7 +76,7 @@ class SearchFilters:
         came from and what is wrong."""
         if value is None or value == "":
             return cls()
-        data: Any = value
+        data: object = value
         if isinstance(value, str):
             try:
                 data = json.loads(value)

@@ -497,7 +497,7 @@ def load_settings(
     path = _find_config_file(config_file, env)
     if path is not None:
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data: dict[str, object] = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config file {path}: {exc}") from None
         unknown = sorted(set(data) - names)

@@ -147,7 +147,7 @@ class ToolRefusal(Refusal):
 # --- argument validation ------------------------------------------------------------------
 
 
-def _as_int(name: str, value: Any) -> int:
+def _as_int(name: str, value: object) -> int:
     if isinstance(value, bool):
         raise ToolRefusal(f"{name} must be an integer, got {json.dumps(value)}")
     if isinstance(value, int):
@@ -162,11 +162,11 @@ def _as_int(name: str, value: Any) -> int:
     raise ToolRefusal(f"{name} must be an integer (at most 18 digits), got {shown}")
 
 
-def _optional_int(args: Mapping[str, Any], name: str) -> int | None:
+def _optional_int(args: Mapping[str, object], name: str) -> int | None:
     return None if args.get(name) is None else _as_int(name, args[name])
 
 
-def _as_uuid(name: str, value: Any) -> uuid.UUID:
+def _as_uuid(name: str, value: object) -> uuid.UUID:
     try:
         return uuid.UUID(str(value).strip())
     except (ValueError, AttributeError):
@@ -217,7 +217,7 @@ class Toolbox:
     def call(self, name: str, raw_arguments: str, *, step: int, budget: int) -> str:
         """Run one tool call; always returns the text for the model (results or an error)."""
         try:
-            arguments = json.loads(raw_arguments) if raw_arguments.strip() else {}
+            arguments: object = json.loads(raw_arguments) if raw_arguments.strip() else {}
         except RecursionError:
             return _error(f"the arguments of {name} are nested too deeply; send a flat object")
         except json.JSONDecodeError as exc:
@@ -266,7 +266,7 @@ class Toolbox:
 
     # -- search_chunks ----------------------------------------------------------------------
 
-    def search_chunks(self, args: Mapping[str, Any], budget: int) -> dict[str, Any]:
+    def search_chunks(self, args: Mapping[str, object], budget: int) -> dict[str, Any]:
         notes = _unknown_keys(args, {"query", "document_ids", "limit"})
         query = args.get("query")
         if not isinstance(query, str) or not query.strip():
@@ -323,7 +323,7 @@ class Toolbox:
             out["notes"] = notes
         return out
 
-    def _document_ids(self, value: Any) -> list[uuid.UUID] | None:
+    def _document_ids(self, value: object) -> list[uuid.UUID] | None:
         if value is None or value == []:
             return None
         if isinstance(value, str):
@@ -344,7 +344,7 @@ class Toolbox:
 
     # -- read_document ----------------------------------------------------------------------
 
-    def read_document(self, args: Mapping[str, Any], budget: int) -> dict[str, Any]:
+    def read_document(self, args: Mapping[str, object], budget: int) -> dict[str, Any]:
         notes = _unknown_keys(args, {"document_id", "chunk_start", "chunk_end"})
         if args.get("document_id") is None:
             raise ToolRefusal('read_document needs "document_id"')
@@ -368,7 +368,7 @@ class Toolbox:
 
     # -- explore_graph ----------------------------------------------------------------------
 
-    def explore_graph(self, args: Mapping[str, Any], budget: int) -> dict[str, Any]:
+    def explore_graph(self, args: Mapping[str, object], budget: int) -> dict[str, Any]:
         notes = _unknown_keys(args, {"document_id", "query", "depth", "relation_types", "limit"})
         start: uuid.UUID | None = None
         if args.get("document_id") is not None:
@@ -462,7 +462,7 @@ class Toolbox:
         return out
 
 
-def _relation_types(value: Any) -> list[str] | None:
+def _relation_types(value: object) -> list[str] | None:
     if value is None or value == []:
         return None
     if isinstance(value, str):
@@ -482,7 +482,7 @@ def _relation_types(value: Any) -> list[str] | None:
     return types
 
 
-def _unknown_keys(args: Mapping[str, Any], allowed: set[str]) -> list[str]:
+def _unknown_keys(args: Mapping[str, object], allowed: set[str]) -> list[str]:
     unknown = sorted(set(args) - allowed)
     if not unknown:
         return []

@@ -31,9 +31,9 @@ import datetime
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from loader.errors import PgkbError
 from loader.evaluation.gate import Finding, compare, snapshot, summary_line
@@ -187,9 +187,20 @@ def report_sets(report: dict[str, Any], command: str | None = None) -> dict[str,
 # --- the file ---------------------------------------------------------------------------------
 
 
-def load_baseline(path: Path = BASELINE_FILE) -> dict[str, Any]:
+class Baseline(TypedDict, total=False):
+    """The baseline file (``eval/baseline.json``): per question set, the recorded entry of
+    :func:`report_sets`; the reasons a lower baseline was accepted."""
+
+    about: str
+    format: int
+    tolerance: dict[str, str]
+    sets: dict[str, dict[str, Any]]
+    accepted_lower: list[dict[str, object]]
+
+
+def load_baseline(path: Path = BASELINE_FILE) -> Baseline:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data: object = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {"about": ABOUT, "format": FORMAT, "sets": {}}
     except (OSError, json.JSONDecodeError) as exc:
@@ -199,10 +210,10 @@ def load_baseline(path: Path = BASELINE_FILE) -> dict[str, Any]:
             f"the baseline {path} must hold a JSON object with a 'sets' object (format {FORMAT})",
             hint="re-record it: pgkb eval --record-baseline",
         )
-    return data
+    return cast(Baseline, data)  # its shape checked above; each set's entry by compare()
 
 
-def dumps(baseline: dict[str, Any]) -> str:
+def dumps(baseline: Mapping[str, object]) -> str:
     """The baseline as JSON, indented, with each question's row and each list of names on one
     line (a change to one question is a one-line diff)."""
     compact: dict[str, str] = {}
@@ -301,7 +312,7 @@ def record(
     path: Path = BASELINE_FILE,
     *,
     accept_lower: str | None = None,
-) -> tuple[dict[str, Any], list[Finding]]:
+) -> tuple[Baseline, list[Finding]]:
     """Write every set of ``reports`` into the baseline at ``path``; returns the baseline and
     the findings that lowered it (recorded only with ``accept_lower``, the stored reason).
 
@@ -355,7 +366,7 @@ def record(
 
 def _read_report(name: str) -> dict[str, Any]:
     try:
-        data = json.loads(Path(name).read_text(encoding="utf-8"))
+        data: object = json.loads(Path(name).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise PgkbError(
             f"cannot read the eval report {name}: {exc}",

@@ -66,7 +66,7 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
                 if not line.strip():
                     continue
                 try:
-                    obj = json.loads(line)
+                    obj: object = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise BeirFormatError(
                         f"{path}, line {lineno}: not valid JSON ({exc.msg})"

@@ -58,7 +58,7 @@ def load_questions(path: str | Path) -> list[Question]:
     """Read and check a question file; errors name the file, the entry and what to fix."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data: object = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise QuestionFileError(
             f"question file {path} does not exist",
@@ -76,10 +76,12 @@ def load_questions(path: str | Path) -> list[Question]:
         )
     questions: list[Question] = []
     seen: set[str] = set()
-    for index, item in enumerate(data):
+    entries: list[object] = data
+    for index, entry in enumerate(entries):
         where = f"question file {path}, entry {index}"
-        if not isinstance(item, dict):
-            raise QuestionFileError(f"{where}: expected an object, got {type(item).__name__}")
+        if not isinstance(entry, dict):
+            raise QuestionFileError(f"{where}: expected an object, got {type(entry).__name__}")
+        item: dict[str, object] = entry
         qid = item.get("id")
         where = f"{where} (id {qid!r})"
         text = item.get("question")
@@ -100,6 +102,7 @@ def load_questions(path: str | Path) -> list[Question]:
             isinstance(s, str) and s.strip() for s in sources
         ):
             raise QuestionFileError(f"{where}: 'sources' must be a list of file names or URIs")
+        names = [s.strip() for s in sources if isinstance(s, str)]
         if kind == "unanswerable" and sources:
             raise QuestionFileError(f"{where}: an unanswerable question must have no sources")
         if kind != "unanswerable" and not sources:
@@ -112,7 +115,7 @@ def load_questions(path: str | Path) -> list[Question]:
                 f"{where}: a multipage question needs at least two sources",
                 hint="list every page the answer needs, or use another kind",
             )
-        questions.append(Question(qid, text.strip(), str(kind), tuple(s.strip() for s in sources)))
+        questions.append(Question(qid, text.strip(), str(kind), tuple(names)))
     return questions
 
 

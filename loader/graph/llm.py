@@ -170,7 +170,7 @@ _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
 
 
-def extract_json(text: str | None) -> dict[str, Any]:
+def extract_json(text: str | None) -> dict[str, object]:
     """The JSON object in a reply (think blocks and code fences removed); ReplyError if none."""
     if not text or not text.strip():
         raise ReplyError("empty reply")
@@ -186,7 +186,7 @@ def extract_json(text: str | None) -> dict[str, Any]:
     if start < 0 or end <= start:
         raise ReplyError("no JSON object in the reply")
     try:
-        value = json.loads(text[start : end + 1])
+        value: object = json.loads(text[start : end + 1])
     except ValueError as exc:
         raise ReplyError(f"malformed JSON: {exc}") from None
     if not isinstance(value, dict):
@@ -194,7 +194,7 @@ def extract_json(text: str | None) -> dict[str, Any]:
     return value
 
 
-def _as_int(value: Any) -> int | None:
+def _as_int(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -247,7 +247,7 @@ def parse_reply(
     return metadata, _parse_edges(data.get("relations"), document_id, candidates)
 
 
-def _parse_toc(raw: Any, chunk_count: int) -> list[TocEntry]:
+def _parse_toc(raw: object, chunk_count: int) -> list[TocEntry]:
     if not isinstance(raw, list) or chunk_count < 1:
         return []
     last = chunk_count - 1
@@ -276,7 +276,9 @@ def _parse_toc(raw: Any, chunk_count: int) -> list[TocEntry]:
     return entries
 
 
-def _parse_edges(raw: Any, document_id: str, candidates: Sequence[Candidate]) -> list[ProposedEdge]:
+def _parse_edges(
+    raw: object, document_id: str, candidates: Sequence[Candidate]
+) -> list[ProposedEdge]:
     if not isinstance(raw, list) or not candidates:
         return []
     by_key: dict[str, str] = {}

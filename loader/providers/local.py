@@ -107,9 +107,9 @@ def _hub_snapshot(name: str, setting: str) -> Path:
     )
 
 
-def _read_json(file: Path) -> dict[str, Any]:
+def _read_json(file: Path) -> dict[str, object]:
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data: object = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -142,10 +142,10 @@ class Guard:
         return wrapped
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
+async def _json_body(request: Request) -> dict[str, object]:
     raw = await request.body()
     try:
-        body = json.loads(raw or b"null")
+        body: object = json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise BadRequest(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
@@ -154,7 +154,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
 
 
 def _field(
-    body: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = None
+    body: dict[str, object], name: str, kind: type | tuple[type, ...], default: Any = None
 ) -> Any:
     value = body.get(name, default)
     if value is None:
@@ -165,7 +165,7 @@ def _field(
     return value
 
 
-def _unknown(body: dict[str, Any], allowed: set[str]) -> None:
+def _unknown(body: dict[str, object], allowed: set[str]) -> None:
     extra = sorted(set(body) - allowed)
     if extra:
         raise BadRequest(

@@ -98,7 +98,7 @@ class AbstentionRule:
         }
 
     @classmethod
-    def from_json(cls, data: Any, *, source: str) -> AbstentionRule:
+    def from_json(cls, data: object, *, source: str) -> AbstentionRule:
         """Parse a stored or configured rule, with an error naming what is wrong."""
         if isinstance(data, str):
             try:
