@@ -16,8 +16,8 @@ from loader.answer.single import answer_question
 from loader.db import queries
 from loader.db.session import connection
 from loader.filters import SearchFilters
+from loader.providers import embeddings
 from loader.providers.chat import ChatClient
-from loader.providers.embeddings import get_embedder
 from loader.settings import Settings, load_settings
 
 
@@ -53,7 +53,7 @@ def ask(
     if agent and settings.agent_model != settings.chat_model:
         settings = settings.replace(chat_model=settings.agent_model)
     client = ChatClient.from_settings(settings)
-    embedder = get_embedder(settings)
+    embedder = embeddings.get_embedder(settings)
     with reader_connection(settings) as conn:
         if agent:
             return run_agent(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
+from loader import resources
 from loader.cli.ask import ask
 from loader.cli.base import App
 from loader.cli.ingest import summary_line
 from loader.errors import PgkbError
-from loader.resources import sample_corpus_dir
 from loader.safety import echo, redact, secho
 
 QUICKSTART_QUESTIONS = (
@@ -79,7 +79,7 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
 
     from loader.ingest.pipeline import ingest_paths
 
-    corpus = sample_corpus_dir()
+    corpus = resources.sample_corpus_dir()
     echo(f"ingesting the sample corpus {corpus} (first run: minutes on a CPU)", err=True)
     report = ingest_paths(settings, [corpus], prune=True)
     echo(summary_line(report.to_dict()), err=True)
