@@ -18,6 +18,8 @@ LAZY = {
     "sentence_transformers": "the local models' libraries",
     "tokenizers": "the local models' libraries",
     "huggingface_hub": "the local models' libraries",
+    "onnx": "the local models' libraries (the ONNX backend)",
+    "onnxruntime": "the local models' libraries (the ONNX backend)",
     "openai": "pydantic and httpx come with it; loaded only when a chat or embedding API is called",
     "numpy": "about as heavy as the whole command line; only where vectors are handled",
     "pgvector": "imports numpy",
