@@ -2,8 +2,8 @@
 --
 -- Makes the registered model (model_name, model_dims) the active one, atomically: queries that
 -- do not name a model use the active model's embeddings from the moment this commits. Used to
--- switch to a new model after all chunks were embedded with it beside the old one (pgkb reembed),
--- and to switch back. Refuses (PK013) while some chunks have no
+-- switch to a new model after all chunks were embedded with it beside the old one
+-- (pgkb models reembed), and to switch back. Refuses (PK013) while some chunks have no
 -- embedding of the model, naming how many: a search through it would silently miss them.
 -- Returns the model id; raises PK010 when the model is not registered. EXECUTE for kb_writer only.
 CREATE OR REPLACE FUNCTION kb.activate_model(model_name text, model_dims integer)
@@ -31,7 +31,7 @@ BEGIN
         RAISE EXCEPTION 'embedding model % (% dims) cannot be activated: % chunk(s) have no embedding of it',
             model_name, model_dims, missing
             USING ERRCODE = 'PK013',
-                  HINT = format('run `pgkb reembed --model %s` first', model_name);
+                  HINT = format('run `pgkb models reembed --model %s` first', model_name);
     END IF;
     UPDATE kb.embedding_models SET is_active = false WHERE is_active AND id <> target;
     UPDATE kb.embedding_models SET is_active = true WHERE id = target;

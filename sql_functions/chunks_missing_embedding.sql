@@ -4,8 +4,8 @@
 --
 -- The next batch_size chunks (by id, after after_chunk: keyset pagination) that have no
 -- embedding of model model_id, with what is needed to rebuild the text the model reads (the
--- document title, the heading path, the content). pgkb reembed reads it batch after batch and
--- commits each batch's vectors, so an interrupted run resumes where it stopped. Reads only
+-- document title, the heading path, the content). pgkb models reembed reads it batch after batch
+-- and commits each batch's vectors, so an interrupted run resumes where it stopped. Reads only
 -- (STABLE). EXECUTE for kb_writer only.
 CREATE OR REPLACE FUNCTION kb.chunks_missing_embedding(
     model_id integer,

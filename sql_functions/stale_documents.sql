@@ -2,8 +2,8 @@
 --     title text, category text, updated_at timestamptz, age interval, chunks bigint)
 --
 -- Documents not updated (ingested new or changed) for longer than older_than, oldest first:
--- candidates to re-check at their source or to remove (pgkb stale, pgkb remove). age is
--- now() - updated_at; collections limits them to those collections (NULL = all). A NULL or
+-- candidates to re-check at their source or to remove (pgkb docs stale, pgkb docs remove). age
+-- is now() - updated_at; collections limits them to those collections (NULL = all). A NULL or
 -- negative older_than raises PK001 (invalid argument).
 -- Reads only (STABLE). EXECUTE for kb_writer, not for kb_reader.
 CREATE OR REPLACE FUNCTION kb.stale_documents(older_than interval, collections text[] DEFAULT NULL)

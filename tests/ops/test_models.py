@@ -89,7 +89,7 @@ def test_add_reembed_activate_and_roll_back(
     refused = run(["models", "activate", "fake-embed-2"], env)
     assert refused.exit_code == 2
     assert f"{chunks} chunk(s) have no embedding of it" in refused.stderr
-    assert "pgkb reembed --model fake-embed-2" in refused.stderr
+    assert "pgkb models reembed --model fake-embed-2" in refused.stderr
     assert _models(env)["fake-embed"]["is_active"]
 
     # searches keep using the active model and return the same results while reembed runs
