@@ -6,6 +6,7 @@ Non-finite values are refused in the settings and in SQL; integers must fit Post
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import psycopg
@@ -15,7 +16,7 @@ from click.testing import CliRunner
 from loader.cli import cli
 from loader.errors import ConfigError, SqlState
 from loader.settings import load_settings
-from tests.helpers import raises_code
+from tests.helpers import load_golden, raises_code
 
 
 @pytest.mark.parametrize(
@@ -77,8 +78,22 @@ def test_sql_refuses_non_finite_weights(conn: psycopg.Connection[Any], query: st
 
 
 def test_finite_weights_still_search(conn: psycopg.Connection[Any]) -> None:
-    row = conn.execute(
-        "SELECT count(*) FROM kb.hybrid_search('vacuum', NULL, vector_weight => 1e308,"
+    """The largest finite weights pass the check and still rank: on the golden corpus, a huge
+    vector weight with no keyword weight orders by the vector leg (chunks 1, 2 first for
+    [1,0,0]), a huge keyword weight with no vector by the keyword leg (the two VACUUM chunks),
+    every score finite and positive."""
+    corpus = load_golden(conn)
+    vector_led = conn.execute(
+        "SELECT chunk_id, score FROM kb.hybrid_search('vacuum', '[1,0,0]', vector_weight => 1e308,"
         " keyword_weight => 0)"
-    ).fetchone()
-    assert row == (0,)
+    ).fetchall()
+    keyword_led = conn.execute(
+        "SELECT chunk_id, score FROM kb.hybrid_search('vacuum', NULL, vector_weight => 0,"
+        " keyword_weight => 1e308)"
+    ).fetchall()
+    ids = corpus.ids
+    assert [r[0] for r in vector_led[:2]] == [ids[0], ids[1]], vector_led
+    assert len(vector_led) == 5, vector_led
+    assert [r[0] for r in keyword_led] == [ids[4], ids[2]], keyword_led
+    for _chunk, score in vector_led + keyword_led:
+        assert math.isfinite(score) and score > 0, (vector_led, keyword_led)
