@@ -75,6 +75,37 @@ def role_url(url: str, role: str) -> str:
     return psycopg.conninfo.make_conninfo(url, user=role, password=PASSWORD)
 
 
+def password_verifies(pg_url: str, role: str, password: str) -> bool:
+    """Whether ``role``'s stored password (``pg_authid.rolpassword``, SCRAM-SHA-256 or md5) is
+    ``password``: what a server that checks passwords would accept, shown even where the test
+    server trusts local connections (the embedded one does)."""
+    import base64
+    import hashlib
+    import hmac
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT rolpassword FROM pg_authid WHERE rolname = %s", (role,)
+        ).fetchone()
+    stored = row[0] if row else None
+    if not stored:
+        return False
+    if stored.startswith("md5"):
+        return hmac.compare_digest(
+            stored, "md5" + hashlib.md5((password + role).encode()).hexdigest()
+        )
+    scheme, _, rest = stored.partition("$")
+    assert scheme == "SCRAM-SHA-256", stored[:20]
+    params, _, keys = rest.partition("$")
+    iterations, _, salt = params.partition(":")
+    stored_key, _, _server_key = keys.partition(":")
+    salted = hashlib.pbkdf2_hmac(
+        "sha256", password.encode(), base64.b64decode(salt), int(iterations)
+    )
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    return hmac.compare_digest(hashlib.sha256(client_key).digest(), base64.b64decode(stored_key))
+
+
 def _create_role(pg_url: str, name: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as admin:
         admin.execute(

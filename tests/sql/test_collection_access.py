@@ -29,7 +29,13 @@ from psycopg import sql
 from loader.errors import SqlState
 from loader.ops.roles import grant, revoke
 from tests.helpers import create_database, drop_database, raises_code
-from tests.serve_fixtures import PASSWORD, _create_role, _drop_role, role_url
+from tests.serve_fixtures import (
+    PASSWORD,
+    _create_role,
+    _drop_role,
+    password_verifies,
+    role_url,
+)
 
 ENG_MARKERS = ("zanzibarite", "quokka", "Engineering", "CREATE INDEX")
 """Text only the eng collection holds: none of it may reach the hr reader."""
@@ -536,6 +542,9 @@ def test_a_reader_granted_every_collection_reads_both(two_kbs: TwoKbs, pg_url: s
         with psycopg.connect(role_url(two_kbs.url, role), autocommit=True) as conn:
             assert conn.execute("SELECT kb.readable_collections()").fetchone() == (None,)
             assert conn.execute("SELECT count(*) FROM kb.document_list()").fetchone() == (5,)
+        # the roles log in with the fixtures' password: the embedded test server trusts local
+        # connections, so the login alone does not show it; the stored verifier does
+        assert password_verifies(pg_url, role, PASSWORD)
+        assert not password_verifies(pg_url, role, PASSWORD + "-wrong")
     finally:
         _drop_role(pg_url, role)
-    assert PASSWORD  # the roles log in with the fixtures' password
