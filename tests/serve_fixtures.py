@@ -3,7 +3,8 @@ model, and LOGIN roles given ``pgkb db grant --read`` and ``--write``.
 
 Two categories: ``handbook`` (an employee handbook) and ``engineering`` (database notes), so the
 tests can check that a server scoped to one never shows the other. Test modules import the
-fixtures (``from tests.serve_fixtures import serve_kb``).
+fixtures by name (``tests/conftest.py`` loads this module as a plugin, so each session-scoped
+fixture is made once per session, whichever modules use it).
 """
 
 from __future__ import annotations

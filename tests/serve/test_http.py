@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from loader.cli import cli
-from tests.serve_fixtures import ServeKb, serve_kb  # noqa: F401  (fixture)
+from tests.serve_fixtures import ServeKb
 
 pytestmark = pytest.mark.model
 
@@ -34,7 +34,7 @@ INDEX = "How do I build an index without locking writes?"
 
 
 @pytest.fixture(scope="module")
-def server(serve_kb: ServeKb) -> Iterator[str]:  # noqa: F811
+def server(serve_kb: ServeKb) -> Iterator[str]:
     """Base URL of ``pgkb serve``'s app on uvicorn, as the reader role, with a token."""
     import uvicorn
 
@@ -66,7 +66,7 @@ def _auth() -> dict[str, str]:
 
 def test_openai_client_embeddings_match_pgkb_and_rank_like_the_cli_in_sql(
     server: str,
-    serve_kb: ServeKb,  # noqa: F811
+    serve_kb: ServeKb,
     embedder: Any,
 ) -> None:
     from openai import OpenAI
@@ -215,7 +215,7 @@ def test_fifty_concurrent_requests_all_succeed(server: str) -> None:
     assert codes == [200] * 50
 
 
-def test_the_pool_only_reads_even_as_the_owner(serve_kb: ServeKb) -> None:  # noqa: F811
+def test_the_pool_only_reads_even_as_the_owner(serve_kb: ServeKb) -> None:
     from loader.serve.service import BadRequest, KnowledgeService
 
     with KnowledgeService(serve_kb.settings, pool_size=1) as service:

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.serve_fixtures import ServeKb, serve_kb  # noqa: F401  (fixture)
+from tests.serve_fixtures import ServeKb
 
 pytestmark = pytest.mark.model
 
@@ -62,7 +62,7 @@ async def _call(client: Any, name: str, args: dict[str, Any]) -> Any:
 
 
 def test_stdio_as_a_reader_role_every_tool_bad_arguments_and_an_outage(
-    serve_kb: ServeKb,  # noqa: F811
+    serve_kb: ServeKb,
 ) -> None:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
@@ -186,7 +186,7 @@ def test_stdio_as_a_reader_role_every_tool_bad_arguments_and_an_outage(
 
 
 def test_a_server_scoped_to_a_category_never_shows_another(
-    serve_kb: ServeKb,  # noqa: F811
+    serve_kb: ServeKb,
 ) -> None:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
@@ -253,7 +253,7 @@ def _free_port() -> int:
         return port
 
 
-def test_streamable_http_serves_two_clients_at_once(serve_kb: ServeKb) -> None:  # noqa: F811
+def test_streamable_http_serves_two_clients_at_once(serve_kb: ServeKb) -> None:
     from mcp import Client
 
     port = _free_port()

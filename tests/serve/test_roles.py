@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from loader.cli import cli
-from tests.serve_fixtures import ServeKb, serve_kb  # noqa: F401  (fixture)
+from tests.serve_fixtures import ServeKb
 
 pytestmark = pytest.mark.model
 
@@ -34,7 +34,7 @@ def _one_error_line(result: Result) -> str:
     return result.stderr
 
 
-def test_a_reader_runs_every_read_command(serve_kb: ServeKb) -> None:  # noqa: F811
+def test_a_reader_runs_every_read_command(serve_kb: ServeKb) -> None:
     url = serve_kb.reader_url
     hits = json.loads(run(serve_kb, url, "search", FURNITURE, "--json").stdout)
     assert hits[0]["source_uri"].endswith("equipment.md")
@@ -84,7 +84,7 @@ def test_a_reader_runs_every_read_command(serve_kb: ServeKb) -> None:  # noqa: F
 
 
 def test_a_reader_is_told_which_grant_the_rest_needs(
-    serve_kb: ServeKb,  # noqa: F811
+    serve_kb: ServeKb,
     tmp_path: Path,
 ) -> None:
     url = serve_kb.reader_url
@@ -100,7 +100,7 @@ def test_a_reader_is_told_which_grant_the_rest_needs(
 
 
 def test_a_writer_loads_and_is_told_a_search_needs_read(
-    serve_kb: ServeKb,  # noqa: F811
+    serve_kb: ServeKb,
 ) -> None:
     url = serve_kb.writer_url
     stats = run(serve_kb, url, "stats", "--json")
