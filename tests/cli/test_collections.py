@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +283,37 @@ def test_the_mcp_reader_bound_to_one_collection_never_shows_the_other(kb: Kb) ->
         for marker in markers:
             assert marker not in text, (marker, text[:1000])
 
+    hr_titles = {"HR readme", "Parental leave"}
+
+    def titles(key: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda data: bool(data[key]) and {d["title"] for d in data[key]} <= hr_titles
+
+    def empty(key: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda data: data[key] == []
+
+    def refused(data: dict[str, Any]) -> bool:
+        return False  # never called: the call must be a tool error
+
+    # each call, and what it must give: a result (checked) or a tool error (refused)
+    calls: list[tuple[str, dict[str, Any], Callable[[dict[str, Any]], bool]]] = [
+        ("search", {"query": "zanzibarite index quokka-flux", "limit": 10}, titles("results")),
+        ("search", {"query": "readme", "mode": "keyword", "document_ids": list(eng)},
+         empty("results")),
+        ("list_documents", {}, lambda data: {d["title"] for d in data["documents"]} == hr_titles),
+        ("explore_graph", {"document": str(hr_leave[0]), "depth": 3},
+         lambda data: {d["title"] for d in data["documents"]} == hr_titles),
+        ("explore_graph", {"query": "zanzibarite quokka"}, empty("documents")),
+        ("ask", {"question": "How to build an index without locking out writes?"},
+         lambda data: {c["title"] for c in data["citations"]} <= hr_titles),
+        ("ask", {"question": "How many weeks of paid parental leave do parents receive?"},
+         titles("citations")),
+        *(("read_document", {"document": doc}, refused) for doc in eng),
+        ("read_document", {"document": "createindex.md"}, refused),
+        ("explore_graph", {"document": "createindex.md", "depth": 3}, refused),
+        *(("neighbor_chunks", {"chunk_id": c, "before": 10, "after": 10}, refused)
+          for c in eng.values()),
+    ]  # fmt: skip
+
     settings = dataclasses.replace(kb.settings, database_url=kb.reader_url)
     try:
         with KnowledgeService(settings, pool_size=1) as service:
@@ -290,29 +321,23 @@ def test_the_mcp_reader_bound_to_one_collection_never_shows_the_other(kb: Kb) ->
 
             async def session() -> None:
                 async with Client(server) as client:
-                    for name, args in [
-                        ("search", {"query": "zanzibarite index quokka-flux", "limit": 10}),
-                        ("search", {"query": "readme", "mode": "keyword",
-                                    "document_ids": list(eng)}),
-                        ("list_documents", {}),
-                        ("explore_graph", {"document": str(hr_leave[0]), "depth": 3}),
-                        ("explore_graph", {"query": "zanzibarite quokka"}),
-                        ("ask", {"question": "How to build an index without locking out writes?"}),
-                    ] + [
-                        ("read_document", {"document": doc}) for doc in eng
-                    ] + [
-                        ("read_document", {"document": "createindex.md"}),
-                        ("explore_graph", {"document": "createindex.md", "depth": 3}),
-                    ] + [
-                        ("neighbor_chunks", {"chunk_id": c, "before": 10, "after": 10})
-                        for c in eng.values()
-                    ]:  # fmt: skip
-                        clean(await client.call_tool(name, args), args)
-                    refused = await client.call_tool(
+                    for name, args, check in calls:
+                        result = await client.call_tool(name, args)
+                        clean(result, args)
+                        if check is refused:
+                            text = " ".join(getattr(c, "text", "") for c in result.content)
+                            assert result.is_error, (name, args, result.structured_content)
+                            assert "no document" in text or "no chunk" in text, (name, text)
+                        else:
+                            assert not result.is_error, (name, args, result.content)
+                            assert check(result.structured_content), (
+                                name, args, result.structured_content,
+                            )  # fmt: skip
+                    refused_call = await client.call_tool(
                         "search", {"query": "readme", "collections": ["eng"]}
                     )
-                    assert refused.is_error
-                    clean(refused, {})
+                    assert refused_call.is_error
+                    clean(refused_call, {})
                     read = await client.call_tool("read_document", {"document": "readme.md"})
                     assert not read.is_error
                     assert read.structured_content["title"] == "HR readme"
