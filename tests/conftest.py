@@ -149,7 +149,12 @@ def _no_user_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-pytest_plugins = ["tests.fake_openai", "tests.serve_fixtures", "tests.standby_fixtures"]
+pytest_plugins = [
+    "tests.fake_openai",
+    "tests.serve_fixtures",
+    "tests.standby_fixtures",
+    "tests.processes",
+]
 
 
 @pytest.fixture(scope="session")
