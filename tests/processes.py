@@ -105,7 +105,13 @@ class Served:
     (``Uvicorn running on http://HOST:PORT``); stdout and stderr go to files (no pipe fills)."""
 
     def __init__(
-        self, args: list[str], env: Mapping[str, str], folder: Path, *, start_timeout: float = 180
+        self,
+        args: list[str],
+        env: Mapping[str, str],
+        folder: Path,
+        *,
+        start_timeout: float = 180,
+        wait: bool = True,
     ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.log = folder / f"serve-{uuid.uuid4().hex[:6]}.log"
@@ -118,11 +124,19 @@ class Served:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
+        self.start_timeout = start_timeout
+        self.url = ""
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> Served:
+        """Until the server listens (its URL is then :attr:`url`)."""
         try:
-            self.url = wait_until(self._address, "pgkb serve to listen", start_timeout, 0.1)
+            self.url = wait_until(self._address, "pgkb serve to listen", self.start_timeout, 0.1)
         except BaseException:
             self.stop(signal.SIGKILL)
             raise
+        return self
 
     def _address(self) -> str | None:
         found = re.search(r"Uvicorn running on (http://\S+)", self.output())
