@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,15 @@ import pytest
 from psycopg import sql
 
 from tests.fake_openai import FakeOpenAI, chat_reply
-from tests.processes import ENG_MARKERS, ENG_TITLES, HR_TITLES, CollKb, Served, wait_until
+from tests.processes import (
+    ENG_MARKERS,
+    ENG_TITLES,
+    HR_TITLES,
+    CollKb,
+    Served,
+    run_pgkb,
+    wait_until,
+)
 
 FLAG_TOKEN = "flag-token-1234"
 ENV_TOKEN = "env-token-5678"
@@ -261,3 +270,25 @@ def test_the_database_going_away_is_a_503_and_the_server_recovers(
     again = hr_server.post("/v1/search", json=readme, headers=auth)
     assert _titles(again) == {"HR readme"}
     assert "Traceback" not in hr_server.output(), hr_server.output()
+
+
+def test_a_collection_the_role_may_not_read_stops_either_server_at_start(
+    coll_kb: CollKb, tmp_path: Path
+) -> None:
+    """A --collection that does not exist, or that the role may not read, is a missing grant:
+    the server says so in one ``Error:`` line and exits 2 before it accepts anything (it used
+    to start, report itself healthy on /healthz and refuse every request with a 400)."""
+    hr_only = coll_kb.role_url(coll_kb.hr_reader)
+    for command, url, name in (
+        (["serve", "--port", "0", "--collection", "nope"], coll_kb.url, "nope"),
+        (["serve", "--port", "0", "--collection", "eng"], hr_only, "eng"),
+        (["mcp", "--collection", "eng"], hr_only, "eng"),
+    ):
+        try:
+            result = run_pgkb(command, coll_kb.env(url), tmp_path, timeout=60)
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"pgkb {' '.join(command)} started: {exc.output}")
+        assert result.returncode == 2, (command, result.returncode, result.stderr[-2000:])
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert lines[0].startswith(f"Error: no collection '{name}' that role "), result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
