@@ -40,7 +40,13 @@ from loader.db import queries
 from loader.db.connect import connect, database_url, privilege_error, register_vector
 from loader.db.migrations import check_schema
 from loader.db.session import scope_session
-from loader.errors import ConfigError, DatabaseError, ModelMismatchError, PgkbError
+from loader.errors import (
+    ConfigError,
+    DatabaseError,
+    ModelMismatchError,
+    PgkbError,
+    SqlState,
+)
 from loader.filters import check_collection
 from loader.graph.catalogue import DocumentNotFound, find_document, list_documents
 from loader.providers.chat import ChatClient
@@ -144,6 +150,7 @@ class KnowledgeService:
         try:
             self.schema_revision = check_schema(conn)
             row = conn.execute(queries.ACTIVE_MODEL).fetchone()
+            self._check_collections(conn)
         except psycopg.errors.InsufficientPrivilege as exc:
             raise privilege_error(exc, self.url) from None
         finally:
@@ -159,6 +166,22 @@ class KnowledgeService:
 
     def close(self) -> None:
         self.pool.close()
+
+    def _check_collections(self, conn: psycopg.Connection[Any]) -> None:
+        """The served collections (``--collection``) exist and the role may read them; else a
+        :class:`ConfigError` with the database's message, and the server does not start."""
+        if not self.settings.collection_names():
+            return
+        scope_session(conn, self.settings)
+        try:
+            conn.execute(queries.SESSION_COLLECTION_SCOPE).fetchone()
+        except psycopg.Error as exc:
+            if exc.sqlstate != SqlState.COLLECTION_NOT_READABLE:
+                raise
+            conn.rollback()
+            raise ConfigError(
+                (exc.diag.message_primary or str(exc)).strip(), hint=exc.diag.message_hint
+            ) from None
 
     def __enter__(self) -> KnowledgeService:
         return self.open()

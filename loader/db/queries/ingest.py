@@ -78,6 +78,9 @@ SET_SESSION_COLLECTIONS = "SELECT set_config('pgkb.collections', %s, false)"
 """The session's collections (kb.collection_scope reads them): --collection on a read command
 or a server."""
 """``ask`` and the agent only read: every transaction of their connection is read-only."""
+SESSION_COLLECTION_SCOPE = "SELECT kb.collection_scope(NULL)"
+"""The session's collections checked: kb.collection_scope raises PK030 for one that does not
+exist or that the role may not read (the servers' --collection, at start)."""
 
 ADVISORY_LOCK = "SELECT pg_advisory_lock(%s)"
 TRY_ADVISORY_LOCK = "SELECT pg_try_advisory_lock(%s)"
