@@ -231,7 +231,13 @@ class Settings:
     # --- serving (pgkb serve) -------------------------------------------------------------------
     serve_token: str | None = None
     """Bearer token ``pgkb serve`` requires on every request but ``/healthz``; unset: none (keep
-    the server on 127.0.0.1 then)."""
+    the server on 127.0.0.1 then). Visible ASCII characters only (no spaces), as HTTP carries
+    it: a token that could never be sent is refused at startup."""
+    serve_allowed_hosts: str | None = None
+    """Names ``pgkb serve`` answers to besides localhost and the address it is bound to
+    (comma-separated, e.g. ``kb.internal,kb.example.com``): the ``Host`` header of every request
+    must name one (421 otherwise), so a web page that rebinds its own name to this machine's
+    address reaches nothing. ``*`` turns the check off."""
 
     @property
     def agent_model(self) -> str | None:
@@ -266,6 +272,35 @@ class Settings:
     @property
     def pgdata(self) -> Path:
         return self.data_dir / "pgdata"
+
+    def _token_problems(self) -> list[str]:
+        """A bearer token travels in an HTTP header: surrounding whitespace is stripped by every
+        client and server, and only visible ASCII is sent as it is; such a token could never
+        authenticate. (The token itself is never shown.)"""
+        token = self.serve_token
+        if token is None:
+            return []
+        if not token.strip():
+            return ["serve_token is empty or only whitespace: set a real token, or unset it"]
+        if token != token.strip():
+            return [
+                "serve_token starts or ends with whitespace (a newline from a file?); no "
+                "client can send it: strip it"
+            ]
+        bad = next((i for i, c in enumerate(token) if not "!" <= c <= "~"), None)
+        if bad is not None:
+            return [
+                f"serve_token has a character that is not visible ASCII (at position {bad + 1}: "
+                "a space, a control or a non-ASCII character), which an HTTP header cannot "
+                "carry as it is; use letters, digits and punctuation, e.g. "
+                "`openssl rand -hex 24`"
+            ]
+        return []
+
+    def allowed_hosts(self) -> tuple[str, ...]:
+        """``serve_allowed_hosts``, split (empty when unset)."""
+        raw = self.serve_allowed_hosts or ""
+        return tuple(h.strip() for h in raw.split(",") if h.strip())
 
     def collection_names(self) -> tuple[str, ...]:
         """``collections``, split and checked (empty when unset)."""
@@ -381,6 +416,7 @@ class Settings:
             self.collection_names()
         except ConfigError as exc:
             problems.append(exc.message)
+        problems += self._token_problems()
         if problems:
             raise ConfigError("invalid configuration: " + "; ".join(problems))
         return self

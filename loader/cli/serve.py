@@ -108,7 +108,27 @@ def mcp(
     type=click.IntRange(1, 256),
     default=8,
     show_default=True,
-    help="Requests handled at once; the others wait up to 30 s, then 503.",
+    help="Requests handled at once; the others wait in the queue.",
+)
+@click.option(
+    "--queue-size",
+    type=click.IntRange(0, 100_000),
+    default=256,
+    show_default=True,
+    help="Requests that may wait for a slot; past it, 503 at once.",
+)
+@click.option(
+    "--queue-timeout",
+    type=click.FloatRange(0.1, 600),
+    default=30.0,
+    show_default=True,
+    help="Seconds a request waits in the queue before it gets a 503.",
+)
+@setting_option(
+    "serve_allowed_hosts",
+    "--allowed-host",
+    help="Names the Host header may give besides localhost and the bound address "
+    "(comma-separated; * turns the check off).",
 )
 @_pool
 @_timeout
@@ -122,6 +142,9 @@ def serve(
     serve_token: str | None,
     max_body: int,
     concurrency: int,
+    queue_size: int,
+    queue_timeout: float,
+    serve_allowed_hosts: str | None,
     pool_size: int,
     wait_timeout: float,
 ) -> None:
@@ -129,11 +152,18 @@ def serve(
     POST /v1/search, POST /v1/ask, GET /healthz.
 
     A service in any language embeds its query here and calls hybrid_search in SQL as a
-    `pgkb db grant --read` role; or asks /v1/search directly."""
+    `pgkb db grant --read` role; or asks /v1/search directly. Requests must name this server
+    in their Host header (localhost, the bound address, or --allowed-host) and send JSON as
+    application/json; a request head must arrive within 10 s and a body within 30 s."""
+    from loader.serve.guard import Limits
     from loader.serve.http import run
     from loader.serve.service import KnowledgeService
 
-    settings = app.settings(serve_token=serve_token, collections=",".join(collections) or None)
+    settings = app.settings(
+        serve_token=serve_token,
+        serve_allowed_hosts=serve_allowed_hosts,
+        collections=",".join(collections) or None,
+    )
     service = KnowledgeService(
         settings, category=category, pool_size=pool_size, wait_timeout=wait_timeout
     ).open()
@@ -143,11 +173,12 @@ def serve(
             fg="yellow",
             err=True,
         )
-    run(
-        service,
-        host=host,
-        port=port,
+    limits = Limits(
         token=settings.serve_token,
         max_body=max_body,
         concurrency=concurrency,
+        queue_size=queue_size,
+        queue_timeout=queue_timeout,
+        allowed_hosts=settings.allowed_hosts(),
     )
+    run(service, limits, host=host, port=port)

@@ -15,16 +15,17 @@ Routes (JSON in, JSON out; errors as ``{"error": {"message", "type"}}``):
 ``GET /healthz``
     Database reachable and model loaded (503 when the database is not); needs no token.
 
-Limits: a bearer token when one is configured (``PGKB_SERVE_TOKEN``; compared in constant
-time), a request body limit (413), at most ``concurrency`` requests in the model and the
-database at once while the others wait up to ``queue_timeout`` seconds (then 503). uvicorn's
-graceful shutdown lets the requests in flight finish, then the pool closes.
+Limits (:mod:`loader.serve.guard`, around the whole app): the ``Host`` header must name this
+server (421), a bearer token when one is configured (``PGKB_SERVE_TOKEN``; compared in constant
+time), JSON bodies only (415), a body limit in bytes (413) and in time (408), at most
+``concurrency`` requests in the model and the database at once while up to ``queue_size`` others
+wait up to ``queue_timeout`` seconds (then 503). uvicorn's graceful shutdown lets the requests in
+flight finish, then the pool closes.
 """
 
 from __future__ import annotations
 
 import base64
-import hmac
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -37,19 +38,21 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from loader.errors import PgkbError
-from loader.serve.service import BadRequest, KnowledgeService, Unavailable, parse_document_ids
+from loader.serve.guard import Guard, Limits, error, server_config
+from loader.serve.service import (
+    BadRequest,
+    KnowledgeService,
+    Unavailable,
+    parse_document_ids,
+    surrogate_path,
+)
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 1_000_000
-OPEN_PATHS = frozenset({"/healthz"})
-
-
-def error(status: int, message: str, kind: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+MAX_BODY_BYTES = Limits.max_body
 
 
 def _pgkb_error(exc: PgkbError) -> JSONResponse:
@@ -61,87 +64,6 @@ def _pgkb_error(exc: PgkbError) -> JSONResponse:
     return error(500, message, "server_error")
 
 
-class Guard:
-    """ASGI middleware: bearer token, body size limit and concurrency limit, in that order."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        token: str | None,
-        max_body: int,
-        concurrency: int,
-        queue_timeout: float,
-    ) -> None:
-        self.app = app
-        self.token = token
-        self.max_body = max_body
-        self.queue_timeout = queue_timeout
-        self.limiter = anyio.CapacityLimiter(max(1, concurrency))
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        path = scope.get("path", "")
-        if self.token and path not in OPEN_PATHS and not self._authorised(scope):
-            response = error(401, "missing or wrong bearer token", "authentication_error")
-            response.headers["WWW-Authenticate"] = "Bearer"
-            await response(scope, receive, send)
-            return
-        length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            await self._too_large(scope, receive, send)
-            return
-        if path in OPEN_PATHS:
-            await self.app(scope, self._limited(receive), send)
-            return
-        try:
-            with anyio.fail_after(self.queue_timeout):
-                await self.limiter.acquire()
-        except TimeoutError:
-            await error(
-                503,
-                f"the server is busy (more than {int(self.limiter.total_tokens)} requests at "
-                f"once for {self.queue_timeout:g} s); retry later",
-                "unavailable",
-            )(scope, receive, send)
-            return
-        try:
-            await self.app(scope, self._limited(receive), send)
-        finally:
-            self.limiter.release()
-
-    def _authorised(self, scope: Scope) -> bool:
-        header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-        scheme, _, given = header.partition(" ")
-        assert self.token is not None
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            given.strip().encode(), self.token.encode()
-        )
-
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await error(413, f"the request body exceeds {self.max_body} bytes", "request_too_large")(
-            scope, receive, send
-        )
-
-    def _limited(self, receive: Receive) -> Receive:
-        """``receive`` that stops a chunked body past the limit (no Content-Length to check)."""
-        seen = 0
-        max_body = self.max_body
-
-        async def wrapped() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > max_body:
-                    raise HTTPException(413, f"the request body exceeds {max_body} bytes")
-            return message
-
-        return wrapped
-
-
 async def _json_body(request: Request) -> dict[str, object]:
     raw = await request.body()
     try:
@@ -150,6 +72,13 @@ async def _json_body(request: Request) -> dict[str, object]:
         raise BadRequest(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
+    where = surrogate_path(body)
+    if where is not None:  # "\ud800" is valid JSON but no Unicode text: PostgreSQL cannot take it
+        raise BadRequest(
+            f"{where} holds a lone surrogate (a \\ud800-\\udfff escape not part of a pair), "
+            "which is not Unicode text",
+            hint="send the text as UTF-8, or escape characters outside the BMP as surrogate pairs",
+        )
     return body
 
 
@@ -178,12 +107,16 @@ def create_app(
     *,
     token: str | None = None,
     max_body: int = MAX_BODY_BYTES,
-    concurrency: int = 8,
-    queue_timeout: float = 30.0,
+    concurrency: int = Limits.concurrency,
+    queue_timeout: float = Limits.queue_timeout,
+    queue_size: int = Limits.queue_size,
+    body_timeout: float = Limits.body_timeout,
+    allowed_hosts: tuple[str, ...] = (),
+    bound: str = Limits.bound,
     close_service: bool = True,
 ) -> ASGIApp:
     """The ASGI app serving ``service`` (opened already; closed at shutdown if
-    ``close_service``)."""
+    ``close_service``), inside its :class:`~loader.serve.guard.Guard`."""
 
     async def run(fn: Callable[[], Any]) -> Any:
         return await anyio.to_thread.run_sync(fn)
@@ -220,7 +153,7 @@ def create_app(
                 f"{dims} were asked for",
                 hint="leave dimensions out",
             )
-        vectors, tokens = await run(lambda: service.embed(texts))
+        vectors, tokens = await run(lambda: service.embed_inputs(texts))
         data = []
         for i, vector in enumerate(vectors):
             value: Any = vector
@@ -320,29 +253,36 @@ def create_app(
         max_body=max_body,
         concurrency=concurrency,
         queue_timeout=queue_timeout,
+        queue_size=queue_size,
+        body_timeout=body_timeout,
+        allowed_hosts=allowed_hosts,
+        bound=bound,
     )
 
 
 def run(
-    service: KnowledgeService,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    token: str | None = None,
-    max_body: int = MAX_BODY_BYTES,
-    concurrency: int = 8,
-    log_level: str = "info",
+    service: KnowledgeService, limits: Limits, *, host: str, port: int, log_level: str = "info"
 ) -> None:
     """Serve until SIGINT/SIGTERM; requests in flight get 10 s to finish."""
     import uvicorn
 
-    app = create_app(service, token=token, max_body=max_body, concurrency=concurrency)
-    uvicorn.run(
+    app = create_app(
+        service,
+        token=limits.token,
+        max_body=limits.max_body,
+        concurrency=limits.concurrency,
+        queue_timeout=limits.queue_timeout,
+        queue_size=limits.queue_size,
+        body_timeout=limits.body_timeout,
+        allowed_hosts=limits.allowed_hosts,
+        bound=host,
+    )
+    config = server_config(
         app,
         host=host,
         port=port,
+        header_timeout=limits.header_timeout,
+        max_connections=limits.max_connections,
         log_level=log_level,
-        timeout_graceful_shutdown=10,
-        limit_concurrency=max(64, concurrency * 8),
-        server_header=False,
     )
+    uvicorn.Server(config).run()

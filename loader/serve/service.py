@@ -65,6 +65,8 @@ MIN_READ_TOKENS = 200
 MAX_NEIGHBOURS = 10
 GRAPH_TOKENS = 6000
 MAX_EMBED_INPUTS = 256
+EMBED_SLICE = 16
+"""``/v1/embeddings`` embeds its inputs this many at a time, so a search waits at most one slice."""
 MAX_QUERY_CHARS = 4000
 
 
@@ -86,11 +88,37 @@ def _bounded(name: str, value: int | None, low: int, high: int, default: int) ->
     return value
 
 
+def surrogate_path(value: Any, path: str = "") -> str | None:
+    """Where in a decoded JSON value a string holds a lone surrogate (``"\\ud800"`` is valid
+    JSON, but no Unicode text, so neither the model nor PostgreSQL can take it): ``query``,
+    ``input[3]``, ``metadata.team``; None when there is none."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "the value"
+        return None
+    if isinstance(value, dict):
+        items: Any = ((f"{path}.{k}" if path else str(k), k, v) for k, v in value.items())
+        for where, key, item in items:
+            found = surrogate_path(key, where) or surrogate_path(item, where)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = surrogate_path(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
 def _text(name: str, value: Any, limit: int = MAX_QUERY_CHARS) -> str:
     if not isinstance(value, str) or not value.strip():
         raise BadRequest(f"{name} must be a non-empty string")
     if len(value) > limit:
         raise BadRequest(f"{name} is {len(value)} characters long; at most {limit} are accepted")
+    if surrogate_path(value, name):
+        raise BadRequest(f"{name} holds a lone surrogate (\\ud800-\\udfff), which is not text")
     return value.strip()
 
 
@@ -105,6 +133,48 @@ def _configurer(settings: Settings) -> Callable[[psycopg.Connection[Any]], None]
         register_vector(conn)
 
     return configure
+
+
+class ModelTurns:
+    """Whose turn it is to run the model: one call at a time (two cores: two calls at once
+    would only slow each other), and a query (a search's or a question's embedding, short)
+    before the next slice of a batch (``/v1/embeddings``), so a large batch delays a search by
+    one slice, not by the whole batch. Queries are served in no particular order among
+    themselves; a batch waits while queries keep coming."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = False
+        self._queries = 0
+
+    @contextmanager
+    def query(self) -> Iterator[None]:
+        with self._cond:
+            self._queries += 1
+            try:
+                self._cond.wait_for(lambda: not self._busy)
+            finally:
+                self._queries -= 1
+            self._busy = True
+        try:
+            yield
+        finally:
+            self._release()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._busy and self._queries == 0)
+            self._busy = True
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._cond:
+            self._busy = False
+            self._cond.notify_all()
 
 
 class KnowledgeService:
@@ -125,7 +195,7 @@ class KnowledgeService:
         self.embedder = get_embedder(settings)
         self.chat = ChatClient.from_settings(settings)
         self.wait_timeout = wait_timeout
-        self._embed_lock = threading.Lock()
+        self.turns = ModelTurns()
         self.pool = ConnectionPool(
             self.url,
             min_size=1,
@@ -272,11 +342,17 @@ class KnowledgeService:
         return self.embedder.name
 
     def embed_query(self, text: str) -> list[float]:
-        with self._embed_lock:  # one model call at a time: two cores, no oversubscription
+        with self.turns.query():
             return list(self.embedder.embed_query(text))
 
-    def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
-        """Vectors of ``texts`` with the knowledge base's model, and their token count."""
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors of a question's words (the abstention gate's focus check): a query's turn."""
+        with self.turns.query():
+            return [list(v) for v in self.embedder.embed(list(texts))]
+
+    def embed_inputs(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+        """Vectors of ``texts`` with the knowledge base's model, and their token count
+        (``/v1/embeddings``): :data:`EMBED_SLICE` texts at a time, each slice a batch's turn."""
         if not texts:
             raise BadRequest("input is empty: give a string or a list of strings")
         if len(texts) > MAX_EMBED_INPUTS:
@@ -286,8 +362,13 @@ class KnowledgeService:
                 raise BadRequest(f"input[{i}] must be a string (token arrays are not accepted)")
             if not text:
                 raise BadRequest(f"input[{i}] is an empty string")
-        with self._embed_lock:
-            vectors = [list(v) for v in self.embedder.embed(list(texts))]
+            if surrogate_path(text):
+                raise BadRequest(f"input[{i}] holds a lone surrogate (\\ud800-\\udfff)")
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), EMBED_SLICE):
+            with self.turns.batch():
+                part = self.embedder.embed(list(texts[start : start + EMBED_SLICE]))
+            vectors += [list(v) for v in part]
         tokens = sum(self.embedder.count_tokens(t) for t in texts)
         return vectors, tokens
 

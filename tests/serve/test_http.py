@@ -34,17 +34,18 @@ INDEX = "How do I build an index without locking writes?"
 
 
 @pytest.fixture(scope="module")
-def server(serve_kb: ServeKb) -> Iterator[str]:
-    """Base URL of ``pgkb serve``'s app on uvicorn, as the reader role, with a token."""
+def served(serve_kb: ServeKb) -> Iterator[tuple[str, Any]]:
+    """Base URL of ``pgkb serve``'s app on uvicorn as ``pgkb serve`` configures it, as the
+    reader role, with a token; and its service."""
     import uvicorn
 
+    from loader.serve.guard import server_config
     from loader.serve.http import create_app
     from loader.serve.service import KnowledgeService
 
     service = KnowledgeService(serve_kb.as_reader(), pool_size=4).open()
     app = create_app(service, token=TOKEN, max_body=64_000, concurrency=8)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    instance = uvicorn.Server(config)
+    instance = uvicorn.Server(server_config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=instance.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -53,11 +54,16 @@ def server(serve_kb: ServeKb) -> Iterator[str]:
         time.sleep(0.05)
     port = instance.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", service
     finally:
         instance.should_exit = True
         thread.join(timeout=30)
     assert service.pool.closed  # the lifespan closed the pool at shutdown
+
+
+@pytest.fixture(scope="module")
+def server(served: tuple[str, Any]) -> str:
+    return served[0]
 
 
 def _auth() -> dict[str, str]:
@@ -172,7 +178,11 @@ def test_search_and_ask_return_json(server: str) -> None:
         response = httpx.post(server + path, json=payload, headers=_auth())
         assert response.status_code == 400, (path, payload)
         assert says in response.json()["error"]["message"]
-    bad = httpx.post(server + "/v1/search", content=b"{not json", headers=_auth())
+    bad = httpx.post(
+        server + "/v1/search",
+        content=b"{not json",
+        headers={**_auth(), "Content-Type": "application/json"},
+    )
     assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
     missing = httpx.get(server + "/v2/nothing", headers=_auth())
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found"
@@ -200,7 +210,11 @@ def test_an_oversized_body_is_refused(server: str) -> None:
             yield b"word " * 200
         yield b'"}'
 
-    streamed = httpx.post(server + "/v1/embeddings", content=chunks(), headers=_auth())
+    streamed = httpx.post(
+        server + "/v1/embeddings",
+        content=chunks(),
+        headers={**_auth(), "Content-Type": "application/json"},
+    )
     assert streamed.status_code == 413
 
 
@@ -236,3 +250,131 @@ def test_the_pool_only_reads_even_as_the_owner(serve_kb: ServeKb) -> None:
         assert service.health()["database"] is True
     with psycopg.connect(serve_kb.url) as conn:
         assert conn.execute("SELECT count(*) FROM kb.documents").fetchone() == (5,)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "where"),
+    [
+        ("/v1/search", '{"query": "vacuum \\ud800"}', "query"),
+        ("/v1/search", '{"query": "vacuum", "source": "%\\udfff%"}', "source"),
+        ("/v1/search", '{"query": "vacuum", "metadata": {"team": "\\ud800"}}', "metadata.team"),
+        ("/v1/embeddings", '{"input": "\\ud800"}', "input"),
+        ("/v1/embeddings", '{"input": ["fine", "a\\ud83d"]}', "input[1]"),
+        ("/v1/ask", '{"question": "\\udc00?"}', "question"),
+    ],
+)
+def test_a_lone_surrogate_is_a_400_naming_the_field(
+    server: str, path: str, body: str, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    response = httpx.post(
+        server + path,
+        content=body.encode(),
+        headers={**_auth(), "Content-Type": "application/json"},
+        timeout=120,
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["message"].startswith(f"{where} holds a lone surrogate"), error
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]  # no traceback logged
+    # a surrogate pair is a character, not an error
+    pair = httpx.post(
+        server + "/v1/search",
+        content=b'{"query": "vacuum \\ud83d\\ude00"}',
+        headers={**_auth(), "Content-Type": "application/json"},
+        timeout=120,
+    )
+    assert pair.status_code == 200, pair.text
+
+
+def test_a_page_of_another_origin_reaches_nothing(server: str) -> None:
+    """DNS rebinding: the page's name in Host (421); a CORS-simple text/plain body (415)."""
+    rebound = httpx.post(
+        server + "/v1/search",
+        json={"query": "vacuum"},
+        headers={**_auth(), "Host": "attacker.example"},
+    )
+    assert rebound.status_code == 421
+    assert rebound.json()["error"]["type"] == "misdirected_request"
+    simple = httpx.post(
+        server + "/v1/search",
+        content=b'{"query": "vacuum"}',
+        headers={**_auth(), "Content-Type": "text/plain;charset=UTF-8"},
+    )
+    assert simple.status_code == 415
+    assert simple.json()["error"]["type"] == "unsupported_media_type"
+
+
+class _Spy:
+    """The service's embedder, recording each model call in order."""
+
+    def __init__(self, embedder: Any, calls: list[str]) -> None:
+        self._embedder = embedder
+        self._calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._embedder, name)
+
+    def embed(self, texts: Any) -> Any:
+        self._calls.append(f"batch of {len(texts)}")
+        return self._embedder.embed(texts)
+
+    def embed_query(self, text: str) -> Any:
+        self._calls.append("query")
+        return self._embedder.embed_query(text)
+
+
+def test_a_large_embeddings_request_does_not_starve_searches(
+    served: tuple[str, Any], monkeypatch: pytest.MonkeyPatch, embedder: Any
+) -> None:
+    """256 long inputs: embedded 16 at a time, and a search's query goes before the next 16."""
+    server, service = served
+    calls: list[str] = []
+    monkeypatch.setattr(service, "embedder", _Spy(service.embedder, calls))
+    words = "vacuum reclaims storage of dead tuples while autovacuum keeps tables healthy "
+    texts = [f"{i} " + words * 2 for i in range(256)]  # 42 kB: within the 64 kB limit
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        big = pool.submit(
+            httpx.post,
+            server + "/v1/embeddings",
+            json={"input": texts},
+            headers=_auth(),
+            timeout=900,
+        )
+        deadline = time.monotonic() + 300
+        while not calls:  # the batch has reached the model
+            assert not big.done() and time.monotonic() < deadline, big
+            time.sleep(0.02)
+        found = httpx.post(
+            server + "/v1/search", json={"query": INDEX}, headers=_auth(), timeout=900
+        )
+        assert found.status_code == 200, found.text
+        response = big.result(timeout=900)
+    assert response.status_code == 200, response.text
+    assert len(response.json()["data"]) == 256
+    assert calls.count("query") == 1
+    after = calls[calls.index("query") + 1 :]
+    assert after and all(c.startswith("batch") for c in after), calls  # went before the rest
+    assert max(int(c.rsplit(" ", 1)[1]) for c in calls if c != "query") <= 16
+    last = np.asarray(response.json()["data"][255]["embedding"])
+    ours = np.asarray(embedder.embed([texts[255]])[0])
+    assert float(last @ ours / (np.linalg.norm(last) * np.linalg.norm(ours))) >= 0.9999
+
+
+def test_the_service_embeds_a_questions_words_as_the_gate_expects(
+    served: tuple[str, Any], embedder: Any
+) -> None:
+    """The abstention gate finds the embedder's batch function by name (``embed``: one vector
+    per text) on whatever ``ask`` is given, the service included. The service's ``embed`` was
+    the HTTP route's, returning vectors and a token count, which the gate could not read."""
+    from loader.answer.abstention.focus import focus_coverage
+    from loader.answer.retrieval import batch_embed
+
+    _, service = served
+    embed = batch_embed(service)
+    assert embed is not None
+    vectors = embed(["bicycle", "scheme", "vacuum"])
+    assert len(vectors) == 3 and all(len(v) == 384 for v in vectors)
+    assert np.allclose(vectors[2], embedder.embed(["vacuum"])[0], atol=1e-5)
+    coverage = focus_coverage(["bicycle"], {}, ["Book trains for journeys"], embed)
+    assert coverage is not None and 0 < coverage < 1

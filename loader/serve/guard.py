@@ -1,0 +1,366 @@
+"""What stands between ``pgkb serve`` and its clients: one ASGI middleware wrapping the whole app
+(every route, the JSON API and anything mounted beside it) and uvicorn's connection handling.
+
+:class:`Guard`, in the order it applies them to each request:
+
+1. **Host check** (DNS rebinding): the ``Host`` header must name this server: a localhost name,
+   the address it is bound to (any IP address when bound to every address), or a name allowed
+   by ``serve_allowed_hosts``; otherwise 421. A web page that rebinds its own name to 127.0.0.1
+   sends its own name, so it never reaches a route.
+2. **Bearer token** (when one is configured), compared in constant time; ``/healthz`` needs none.
+3. **JSON bodies only**: a POST, PUT or PATCH must declare ``Content-Type: application/json``
+   (415 otherwise): a page can send ``text/plain``, a form or a typeless blob to another origin
+   without asking (a CORS "simple" request), but never ``application/json``.
+4. **The body, read whole before any slot is taken**, within ``max_body`` bytes (413) and
+   ``body_timeout`` seconds in all (408, connection closed): a client sending a byte at a time
+   holds its own connection, never a slot the others need.
+5. **The queue**: at most ``concurrency`` requests in the model and the database at once; up
+   to ``queue_size`` more wait their turn (first come, first served) for ``queue_timeout``
+   seconds; past either, a JSON 503 with ``Retry-After``.
+
+:func:`server_config` gives uvicorn a protocol (:func:`_protocol`) that closes a connection
+whose request head is not complete ``header_timeout`` seconds after it opened (or after its
+previous response), and that keeps at most ``max_connections`` open (a new connection past it
+closes the longest-idle one), and no ``limit_concurrency``: uvicorn's counts open connections,
+so idle sockets would turn every request away with a plain-text 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+import ipaddress
+import logging
+from typing import Any
+
+import anyio
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
+
+OPEN_PATHS = frozenset({"/healthz"})
+"""Paths that need no token (and take no slot)."""
+LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+JSON_TYPES = ("application/json",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """The limits ``pgkb serve`` applies; the defaults are its options' defaults."""
+
+    token: str | None = None
+    max_body: int = 1_000_000
+    concurrency: int = 8
+    queue_size: int = 256
+    queue_timeout: float = 30.0
+    body_timeout: float = 30.0
+    header_timeout: float = 10.0
+    max_connections: int = 512
+    allowed_hosts: tuple[str, ...] = ()
+    bound: str = "127.0.0.1"
+
+
+def error(
+    status: int, message: str, kind: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": kind}}, status_code=status, headers=headers
+    )
+
+
+def host_name(header: str) -> str:
+    """The name or address of a ``Host`` header, without its port, lower case, brackets of an
+    IPv6 address removed (``[::1]:8000`` -> ``::1``)."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    name, colon, port = value.rpartition(":")
+    if colon and port.isdigit() and ":" not in name:
+        value = name
+    return value.rstrip(".")
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class Guard:
+    """ASGI middleware: Host check, bearer token, JSON bodies, body limits and the queue (the
+    module's docstring says why each, in this order)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None = None,
+        max_body: int = Limits.max_body,
+        concurrency: int = Limits.concurrency,
+        queue_timeout: float = Limits.queue_timeout,
+        queue_size: int = Limits.queue_size,
+        body_timeout: float = Limits.body_timeout,
+        allowed_hosts: tuple[str, ...] = (),
+        bound: str = Limits.bound,
+    ) -> None:
+        self.app = app
+        self.token = token
+        self.max_body = max_body
+        self.concurrency = max(1, concurrency)
+        self.queue_timeout = queue_timeout
+        self.queue_size = max(0, queue_size)
+        self.body_timeout = body_timeout
+        bound_name = host_name(bound)
+        self.any_address = bound_name in ANY_ADDRESS
+        configured = {host_name(h) for h in allowed_hosts if h.strip()}
+        self.any_host = "*" in configured
+        self.hosts = frozenset(LOCAL_NAMES | configured | ({bound_name} - ANY_ADDRESS))
+        self.slots = anyio.Semaphore(self.concurrency)
+        self.waiting = 0
+        """Requests waiting for a slot now."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):  # lifespan
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        refusal = self._host_refusal(headers)
+        if refusal is None and scope["type"] == "websocket":
+            await self.app(scope, receive, send)
+            return
+        if refusal is not None:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            await refusal(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if self.token and path not in OPEN_PATHS and not self._authorised(headers):
+            response = error(401, "missing or wrong bearer token", "authentication_error")
+            response.headers["WWW-Authenticate"] = "Bearer"
+            await response(scope, receive, send)
+            return
+        if scope.get("method") in BODY_METHODS and not self._declares_json(headers):
+            await error(
+                415,
+                "the request body must be JSON, sent with Content-Type: application/json",
+                "unsupported_media_type",
+            )(scope, receive, send)
+            return
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            await self._too_large(scope, receive, send)
+            return
+        body = await self._read_body(scope, receive, send)
+        if body is None:  # answered already (too large, too slow) or the client left
+            return
+        if path in OPEN_PATHS:
+            await self.app(scope, _replay(body, receive), send)
+            return
+        if self.waiting >= self.queue_size and not self._slot_free():
+            await self._busy(
+                f"the server is busy: {self.concurrency} requests are being served and "
+                f"{self.waiting} wait in the queue, which is full; retry later",
+                scope,
+                receive,
+                send,
+            )
+            return
+        self.waiting += 1
+        try:
+            with anyio.fail_after(self.queue_timeout):
+                await self.slots.acquire()
+        except TimeoutError:
+            await self._busy(
+                f"the server is busy: no slot came free within {self.queue_timeout:g} s "
+                f"({self.concurrency} requests are served at once); retry later",
+                scope,
+                receive,
+                send,
+            )
+            return
+        finally:
+            self.waiting -= 1
+        try:
+            await self.app(scope, _replay(body, receive), send)
+        finally:
+            self.slots.release()
+
+    def _slot_free(self) -> bool:
+        return self.slots.value > 0
+
+    def _host_refusal(self, headers: dict[bytes, bytes]) -> JSONResponse | None:
+        """None when the ``Host`` header names this server, else the 421 response."""
+        if self.any_host:
+            return None
+        raw = headers.get(b"host")
+        name = host_name(raw.decode("latin-1")) if raw is not None else ""
+        if name and (name in self.hosts or (self.any_address and _is_address(name))):
+            return None
+        shown = repr(raw.decode("latin-1")[:100]) if raw is not None else "none"
+        return error(
+            421,
+            f"the Host header ({shown}) does not name this server; use a localhost name or "
+            "its address, or allow the name with PGKB_SERVE_ALLOWED_HOSTS (serve_allowed_hosts) "
+            "or --allowed-host",
+            "misdirected_request",
+        )
+
+    def _authorised(self, headers: dict[bytes, bytes]) -> bool:
+        header = headers.get(b"authorization", b"").decode("latin-1")
+        scheme, _, given = header.partition(" ")
+        assert self.token is not None
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode("latin-1", "replace"), self.token.encode("latin-1", "replace")
+        )
+
+    @staticmethod
+    def _declares_json(headers: dict[bytes, bytes]) -> bool:
+        value = headers.get(b"content-type", b"").decode("latin-1")
+        media = value.split(";", 1)[0].strip().lower()
+        return media in JSON_TYPES or (media.startswith("application/") and media.endswith("+json"))
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await error(
+            413,
+            f"the request body exceeds {self.max_body} bytes",
+            "request_too_large",
+            {"Connection": "close"},
+        )(scope, receive, send)
+
+    async def _busy(self, message: str, scope: Scope, receive: Receive, send: Send) -> None:
+        retry = max(1, int(self.queue_timeout // 10))
+        await error(503, message, "unavailable", {"Retry-After": str(retry)})(scope, receive, send)
+
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, or None after answering 413 (too large) or 408 (not sent within
+        ``body_timeout`` seconds), or when the client went away."""
+        chunks: list[bytes] = []
+        seen = 0
+        with anyio.move_on_after(self.body_timeout) as deadline:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                piece = message.get("body", b"")
+                seen += len(piece)
+                if seen > self.max_body:
+                    await self._too_large(scope, receive, send)
+                    return None
+                chunks.append(piece)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        assert deadline.cancelled_caught
+        await error(
+            408,
+            f"the request body did not arrive within {self.body_timeout:g} s",
+            "request_timeout",
+            {"Connection": "close"},
+        )(scope, receive, send)
+        return None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for the app: the body read already, then the client's own messages (its
+    disconnect)."""
+    given = False
+
+    async def replayed() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+def _protocol(header_timeout: float, max_connections: int) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with a deadline on each request head and a cap on connections."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        head_timer: asyncio.TimerHandle | None = None
+        idle_since = 0.0
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)  # type: ignore[arg-type]
+            self._await_head()
+            if len(self.connections) > max_connections:
+                self._make_room()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:  # the head arrived
+                self._cancel_head_timer()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+                self._await_head()  # the next request's head has the same deadline
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_head_timer()
+            super().connection_lost(exc)
+
+        def _await_head(self) -> None:
+            self._cancel_head_timer()
+            self.idle_since = self.loop.time()
+            self.head_timer = self.loop.call_later(header_timeout, self._head_overdue)
+
+        def _cancel_head_timer(self) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+                self.head_timer = None
+
+        def _head_overdue(self) -> None:
+            self.head_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                log.debug("closing a connection that sent no request within %s s", header_timeout)
+                self.transport.close()
+
+        def _idle(self) -> bool:
+            return self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+
+        def _make_room(self) -> None:
+            idle = [c for c in self.connections if isinstance(c, Protocol) and c._idle()]
+            others = [c for c in idle if c is not self]
+            oldest = min(others, key=lambda c: c.idle_since) if others else self
+            log.warning(
+                "more than %d connections open: closing the one idle longest", max_connections
+            )
+            oldest.transport.close()
+
+    return Protocol
+
+
+def server_config(
+    app: ASGIApp,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    header_timeout: float = Limits.header_timeout,
+    max_connections: int = Limits.max_connections,
+    log_level: str = "info",
+) -> Any:
+    """The ``uvicorn.Config`` ``pgkb serve`` runs ``app`` with (the tests run the same)."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=_protocol(header_timeout, max_connections),
+        timeout_keep_alive=5,
+        timeout_graceful_shutdown=10,
+        limit_concurrency=None,  # counts connections, idle ones too: the Guard queues requests
+        server_header=False,
+    )
