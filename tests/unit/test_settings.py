@@ -56,3 +56,40 @@ def test_bad_values_name_the_source_and_the_value(tmp_path: Path) -> None:
     broken.write_text("rrf_k = = 3\n")
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_settings(broken, env={})
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        (" s3cret", "whitespace"),
+        ("s3cret\n", "whitespace"),
+        ("s3cr\u00e9t", "position 5"),
+        ("two words", "position 4"),
+        ("tab\there", "position 4"),
+        ("   ", "empty"),
+    ],
+)
+def test_a_serve_token_that_no_client_could_send_is_refused(
+    token: str, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP strips a header's surrounding whitespace and carries visible ASCII as it is: such a
+    token could never authenticate. The message never shows the token."""
+    from click.testing import CliRunner
+
+    from loader.cli import cli
+
+    monkeypatch.setenv("PGKB_SERVE_TOKEN", token)
+    with pytest.raises(ConfigError, match=says) as refused:
+        load_settings()
+    assert "serve_token" in refused.value.message
+    assert not token.strip() or token.strip() not in refused.value.message
+    result = CliRunner().invoke(cli, ["serve", "--port", "0"])  # refused before it loads anything
+    assert result.exit_code == 2, result.output
+    assert "serve_token" in result.output and says in result.output
+    monkeypatch.setenv("PGKB_SERVE_TOKEN", "0b3c-9f_A.~+/=")
+    assert load_settings().serve_token == "0b3c-9f_A.~+/="
+
+
+def test_allowed_hosts_are_split() -> None:
+    settings = load_settings(serve_allowed_hosts=" kb.internal, ,kb.example.com ")
+    assert settings.allowed_hosts() == ("kb.internal", "kb.example.com")
