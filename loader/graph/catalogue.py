@@ -30,6 +30,10 @@ class DocumentNotFound(PgkbError):
     exit_code = 1
 
 
+class AmbiguousDocument(DocumentNotFound):
+    """More than one document matches what the user named."""
+
+
 @dataclasses.dataclass(frozen=True)
 class GraphNode:
     document_id: str
@@ -62,7 +66,7 @@ def find_document(
         return str(rows[0].document_id)
     if len(rows) > 1:
         names = ", ".join(r.source_uri for r in rows[:5])
-        raise DocumentNotFound(
+        raise AmbiguousDocument(
             f"{ref!r} matches several documents: {names}",
             hint="give more of the path, the full source, or the document id",
         )

@@ -5,20 +5,34 @@ Six tools over one warm :class:`~loader.serve.service.KnowledgeService`: ``searc
 arguments (the SDK turns them into the input schema and validates every call against it) and a
 typed result (its output schema); results carry titles, ``source_uri``s, document and chunk ids,
 so the calling agent can cite. A bad argument, a refused scope or an unreachable database is a
-tool error (``isError``) with a message the agent can act on, never a crash of the server.
+tool error (``isError``) with a message the agent can act on, never a crash of the server: a
+value of the wrong type or out of range is named with what was expected (``limit: Input should
+be less than or equal to 50 (got 500)``), an argument the tool does not take is refused with the
+ones it does, and hints name the tools (``list_documents``), not the command line.
 Tools are synchronous and run on the SDK's worker threads, so two clients (over HTTP) or two
 calls in flight share the pool.
+
+Over stdio, every line the SDK cannot read (invalid JSON, a ``params`` that is not an object, a
+lone surrogate, a batch) is answered with a JSON-RPC error (``-32700`` parse error, ``-32600``
+invalid request, ``-32602`` invalid params) carrying the line's id when it has one, instead of
+being dropped while the client waits (:func:`refusal`).
 """
 
 from __future__ import annotations
 
+import io
+import json
+import sys
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from loader.errors import PgkbError
+from loader.graph.relations import RELATION_TYPES
 
 if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectSendStream
     from mcp.server.mcpserver import MCPServer
 from loader.serve.service import (
     MAX_LIST_LIMIT,
@@ -28,6 +42,7 @@ from loader.serve.service import (
     MIN_READ_TOKENS,
     KnowledgeService,
     parse_document_ids,
+    surrogate_path,
 )
 
 INSTRUCTIONS = (
@@ -193,26 +208,80 @@ def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
         raise ToolError(str(exc)) from None
 
 
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def validation_text(exc: ValidationError) -> str:
+    """pydantic's errors as one line an agent can act on: ``limit: Input should be less than or
+    equal to 50 (got 500)``, no error codes, no documentation URL."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "the value"
+        if err["type"] == "missing":
+            parts.append(f"{where}: required")
+        else:
+            parts.append(f"{where}: {err['msg']} (got {_shown(err.get('input'))})")
+    return "; ".join(parts[:5]) + (f"; and {len(parts) - 5} more" if len(parts) > 5 else "")
+
+
 def build_server(service: KnowledgeService) -> MCPServer[Any]:
     """The MCP server with pgkb's six tools bound to ``service``."""
-    from mcp.server.mcpserver import MCPServer
+    import inspect
+
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import ToolAnnotations
+
+    accepted: dict[str, tuple[str, ...]] = {}
+    """Each tool's argument names (its function's parameters)."""
+
+    class Server(MCPServer[Any]):
+        """Refuses arguments a tool does not take (the SDK would drop them silently, and the
+        agent believe they applied) and words argument errors for the agent."""
+
+        async def call_tool(
+            self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+        ) -> Any:
+            names = accepted.get(name)
+            if names is not None:
+                unknown = sorted(set(arguments) - set(names))
+                if unknown:
+                    raise ToolError(
+                        f"unknown argument(s): {', '.join(unknown)}; accepted: {', '.join(names)}"
+                    )
+            try:
+                result = await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, ValidationError) and type(exc) is ToolError:
+                    raise ToolError(f"{name}: {validation_text(cause)}") from cause
+                raise
+            return result
 
     scope = f" Scoped to category {service.category!r}." if service.category else ""
     served = service.settings.collection_names()
     if served:
         scope += f" Serves the collections {', '.join(served)}."
-    server: MCPServer[Any] = MCPServer(name="pgkb", instructions=INSTRUCTIONS + scope)
+    server = Server(name="pgkb", instructions=INSTRUCTIONS + scope)
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
-    @server.tool(annotations=read_only)
+    def tool(fn: Any) -> Any:
+        accepted[fn.__name__] = tuple(inspect.signature(fn).parameters)
+        return server.tool(annotations=read_only)(fn)
+
+    @tool
     def search(
         query: Annotated[str, Field(description="What to look for, in words or a question.")],
         mode: Annotated[
             Literal["hybrid", "vector", "keyword"],
             Field(description="hybrid (meaning + keywords, best), vector, or keyword."),
         ] = "hybrid",
-        limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT)] = 5,
+        limit: Annotated[
+            int,
+            Field(ge=1, le=MAX_SEARCH_LIMIT, description="How many chunks to return (1 to 50)."),
+        ] = 5,
         category: Category = None,
         collections: Collections = None,
         source: Annotated[
@@ -221,7 +290,15 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
         metadata: Annotated[
             dict[str, Any] | None, Field(description="Documents whose metadata contains this.")
         ] = None,
-        min_similarity: Annotated[float | None, Field(ge=-1, le=1)] = None,
+        min_similarity: Annotated[
+            float | None,
+            Field(
+                ge=-1,
+                le=1,
+                description="Leave out chunks whose cosine similarity to the query is lower "
+                "(-1 to 1; e.g. 0.3).",
+            ),
+        ] = None,
         document_ids: Annotated[
             list[str] | None, Field(description="Search only these documents.", max_length=100)
         ] = None,
@@ -242,7 +319,7 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
         )
         return SearchResult.model_validate(data)
 
-    @server.tool(annotations=read_only)
+    @tool
     def ask(
         question: Annotated[str, Field(description="The question, in natural language.")],
         category: Category = None,
@@ -254,7 +331,7 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
             _call(service.ask, question, category=category, collections=collections)
         )
 
-    @server.tool(annotations=read_only)
+    @tool
     def read_document(
         document: Annotated[
             str,
@@ -263,9 +340,23 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
                 "(e.g. 'sql-createindex.html')."
             ),
         ],
-        chunk_start: Annotated[int | None, Field(ge=0)] = None,
-        chunk_end: Annotated[int | None, Field(ge=0)] = None,
-        max_tokens: Annotated[int, Field(ge=MIN_READ_TOKENS, le=MAX_READ_TOKENS)] = 4000,
+        chunk_start: Annotated[
+            int | None,
+            Field(ge=0, description="First chunk to read (chunk_index, from 0); default: 0."),
+        ] = None,
+        chunk_end: Annotated[
+            int | None,
+            Field(ge=0, description="Last chunk to read (inclusive); default: the last one."),
+        ] = None,
+        max_tokens: Annotated[
+            int,
+            Field(
+                ge=MIN_READ_TOKENS,
+                le=MAX_READ_TOKENS,
+                description="Most text to return, in tokens (200 to 20000); past it, the "
+                "outline comes back instead.",
+            ),
+        ] = 4000,
         category: Category = None,
         collections: Collections = None,
     ) -> ReadResult:
@@ -283,11 +374,17 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
         )
         return ReadResult.model_validate(data)
 
-    @server.tool(annotations=read_only)
+    @tool
     def neighbor_chunks(
         chunk_id: Annotated[int, Field(ge=1, description="A chunk_id from search results.")],
-        before: Annotated[int, Field(ge=0, le=MAX_NEIGHBOURS)] = 1,
-        after: Annotated[int, Field(ge=0, le=MAX_NEIGHBOURS)] = 1,
+        before: Annotated[
+            int,
+            Field(ge=0, le=MAX_NEIGHBOURS, description="Chunks before the hit (0 to 10)."),
+        ] = 1,
+        after: Annotated[
+            int,
+            Field(ge=0, le=MAX_NEIGHBOURS, description="Chunks after the hit (0 to 10)."),
+        ] = 1,
         category: Category = None,
         collections: Collections = None,
     ) -> NeighborsResult:
@@ -303,17 +400,29 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
         )
         return NeighborsResult.model_validate(data)
 
-    @server.tool(annotations=read_only)
+    @tool
     def explore_graph(
         document: Annotated[
             str | None, Field(description="Start from this document (id or source_uri).")
         ] = None,
         query: Annotated[str | None, Field(description="Documents matching these words.")] = None,
-        depth: Annotated[int, Field(ge=1, le=3)] = 1,
-        relation_types: Annotated[
-            list[str] | None, Field(description="Follow only these relation types.")
+        depth: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                le=3,
+                description="Hops to walk from document (1 to 3; default 1). Only with document.",
+            ),
         ] = None,
-        limit: Annotated[int, Field(ge=1, le=25)] = 15,
+        relation_types: Annotated[
+            list[str] | None,
+            Field(
+                description="Follow only these relation types: " + ", ".join(RELATION_TYPES) + "."
+            ),
+        ] = None,
+        limit: Annotated[
+            int, Field(ge=1, le=25, description="Most documents to return (1 to 25).")
+        ] = 15,
         category: Category = None,
         collections: Collections = None,
     ) -> GraphResult:
@@ -333,9 +442,12 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
         )
         return GraphResult.model_validate(data)
 
-    @server.tool(annotations=read_only)
+    @tool
     def list_documents(
-        limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT)] = 200,
+        limit: Annotated[
+            int,
+            Field(ge=1, le=MAX_LIST_LIMIT, description="Most documents to list (1 to 1000)."),
+        ] = 200,
         category: Category = None,
         collections: Collections = None,
     ) -> Catalogue:
@@ -349,12 +461,126 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
     return server
 
 
+# --- stdio: every line answered -----------------------------------------------------------------
+
+
+def refusal(line: str) -> dict[str, Any] | None:
+    """The JSON-RPC error answering ``line`` when it is not a message the SDK can read, or None
+    when it is. The error carries the line's ``id`` when it has a usable one (a string or an
+    integer), else ``null``, as JSON-RPC 2.0 says."""
+    from mcp_types import (
+        INVALID_PARAMS,
+        INVALID_REQUEST,
+        PARSE_ERROR,
+        JSONRPCError,
+        JSONRPCNotification,
+        JSONRPCRequest,
+        JSONRPCResponse,
+        jsonrpc_message_adapter,
+    )
+
+    try:
+        jsonrpc_message_adapter.validate_json(line, by_name=False)
+        return None
+    except ValidationError:
+        pass
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return _error(None, PARSE_ERROR, "Parse error: the line is not JSON")
+    if isinstance(value, list):
+        return _error(
+            None,
+            INVALID_REQUEST,
+            "Invalid Request: batches are not supported; one message per line",
+        )
+    if not isinstance(value, dict):
+        return _error(None, INVALID_REQUEST, "Invalid Request: a JSON-RPC message is an object")
+    ident = value.get("id")
+    usable = isinstance(ident, int | str) and not isinstance(ident, bool)
+    if not usable or surrogate_path(ident):
+        ident = None
+    where = surrogate_path(value)
+    if where is not None:
+        return _error(
+            ident,
+            INVALID_PARAMS,
+            f"Invalid params: {where} holds a lone surrogate (a \\ud800-\\udfff escape not "
+            "part of a pair), which is not Unicode text",
+        )
+    kind: type[BaseModel] = (
+        (JSONRPCRequest if "id" in value else JSONRPCNotification)
+        if "method" in value
+        else (JSONRPCError if "error" in value else JSONRPCResponse)
+    )
+    try:
+        kind.model_validate(value)
+        detail = "not a JSON-RPC request, notification or response"
+    except ValidationError as exc:
+        detail = validation_text(exc)
+    return _error(ident, INVALID_REQUEST, f"Invalid Request: {detail}")
+
+
+def _error(ident: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
+
+
+class _CheckedLines:
+    """The lines of ``lines`` the SDK can read; each other one is answered with its
+    :func:`refusal` through ``refused``."""
+
+    def __init__(
+        self, lines: AsyncIterable[str], refused: MemoryObjectSendStream[dict[str, Any]]
+    ) -> None:
+        self.lines = lines
+        self.refused = refused
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._checked()
+
+    async def _checked(self) -> AsyncIterator[str]:
+        async for line in self.lines:
+            if not line.strip():
+                continue
+            answer = refusal(line)
+            if answer is None:
+                yield line
+            else:
+                await self.refused.send(answer)
+
+
+async def _serve_stdio(server: MCPServer[Any]) -> None:
+    """``server`` over stdin and stdout, as the SDK's ``run("stdio")``, with every line it
+    cannot read answered."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
+    from mcp_types import JSONRPCError
+
+    send, refused = anyio.create_memory_object_stream[dict[str, Any]](64)
+    text = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    lines = _CheckedLines(anyio.wrap_file(text), send)
+    async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+
+        async def answer_refusals() -> None:
+            async for message in refused:
+                await write_stream.send(SessionMessage(JSONRPCError.model_validate(message)))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(answer_refusals)
+            lowlevel = server._lowlevel_server  # what the SDK's run_stdio_async runs
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+            group.cancel_scope.cancel()
+
+
 def run(
     service: KnowledgeService, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765
 ) -> None:
     """Serve ``service`` over stdio (the default) or streamable HTTP at ``/mcp``."""
+    import anyio
+
     server = build_server(service)
     if http:
         server.run("streamable-http", host=host, port=port)
     else:
-        server.run("stdio")
+        anyio.run(_serve_stdio, server)

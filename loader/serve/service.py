@@ -48,7 +48,12 @@ from loader.errors import (
     SqlState,
 )
 from loader.filters import check_collection
-from loader.graph.catalogue import DocumentNotFound, find_document, list_documents
+from loader.graph.catalogue import (
+    AmbiguousDocument,
+    DocumentNotFound,
+    find_document,
+    list_documents,
+)
 from loader.providers.chat import ChatClient
 from loader.providers.embeddings import get_embedder
 from loader.search import MODES, search
@@ -443,11 +448,15 @@ class KnowledgeService:
         return answer.to_json()
 
     def _document_id(self, conn: psycopg.Connection[Any], ref: str, scope: str | None) -> str:
-
         try:
             return find_document(conn, _text("document", ref, 2000), filters=self._filters(scope))
-        except DocumentNotFound as exc:
-            raise BadRequest(exc.message, hint=exc.hint) from None
+        except DocumentNotFound as exc:  # not found: the hint names the command line's list
+            hint = (
+                exc.hint
+                if isinstance(exc, AmbiguousDocument)
+                else "list_documents gives every document's id and source_uri"
+            )
+            raise BadRequest(exc.message, hint=hint) from None
 
     def read_document(
         self,
@@ -536,10 +545,9 @@ class KnowledgeService:
         """Documents around a document, matching a query, or the most connected ones
         (kb.explore_graph within the scope)."""
         scope = self._scope(category)
-        args: dict[str, Any] = {
-            "depth": _bounded("depth", depth, 1, MAX_GRAPH_DEPTH, 1),
-            "limit": _bounded("limit", limit, 1, MAX_GRAPH_LIMIT, 15),
-        }
+        args: dict[str, Any] = {"limit": _bounded("limit", limit, 1, MAX_GRAPH_LIMIT, 15)}
+        if depth is not None:  # only what was given: a default would be noted as "ignored"
+            args["depth"] = _bounded("depth", depth, 1, MAX_GRAPH_DEPTH, 1)
         if relation_types:
             args["relation_types"] = list(relation_types)
         if query is not None:

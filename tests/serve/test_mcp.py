@@ -9,7 +9,9 @@ mid-session is reported as a tool error and the next calls recover.
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -315,3 +317,144 @@ def test_streamable_http_serves_two_clients_at_once(serve_kb: ServeKb) -> None:
         if process.stderr is not None:
             process.stderr.close()
     assert process.returncode in (0, -15), process.returncode
+
+
+def _read_message(process: subprocess.Popen[bytes], seconds: float) -> dict[str, Any]:
+    """The next JSON-RPC message the server writes (a line on stdout), within ``seconds``."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + seconds
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no answer within {seconds} s (got {line!r})"
+        ready, _, _ = select.select([process.stdout], [], [], left)
+        if ready:
+            piece = os.read(process.stdout.fileno(), 1)
+            assert piece, f"the server closed stdout (exit {process.poll()})"
+            line += piece
+    message: dict[str, Any] = json.loads(line)
+    return message
+
+
+def test_stdio_answers_every_line_it_cannot_parse_with_a_json_rpc_error(
+    serve_kb: ServeKb,
+) -> None:
+    """A client never waits forever: invalid JSON, params of the wrong type, a lone surrogate,
+    a batch, a message without ``jsonrpc``: each gets a JSON-RPC error (with its id when it
+    has a usable one), and the server goes on serving."""
+    process = subprocess.Popen(
+        [sys.executable, *_command()],
+        env={**os.environ, **_env(serve_kb, serve_kb.reader_url)},
+        cwd=str(ROOT),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdin is not None
+
+    def send(line: str) -> None:
+        assert process.stdin is not None
+        process.stdin.write(line.encode("utf-8") + b"\n")
+        process.stdin.flush()
+
+    try:
+        send(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {},
+                        "clientInfo": {"name": "test", "version": "1"},
+                    },
+                }
+            )
+        )
+        assert _read_message(process, 180)["id"] == 0
+        send('{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+        search = '{"name": "search", "arguments": {"query": "\\ud800 furniture"}}'
+        for line, ident, code, says in (
+            ("{not json", None, -32700, "not JSON"),
+            ('{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": "oops"}', 2,
+             -32600, "params"),
+            ('{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": ' + search + "}", 3,
+             -32602, "params.arguments.query holds a lone surrogate"),
+            ('{"jsonrpc": "2.0", "id": "4", "method": "tools/list", "params": []}', "4",
+             -32600, "params"),
+            ('[{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}]', None, -32600, "batch"),
+            ('{"id": 6, "method": "tools/list"}', 6, -32600, "jsonrpc"),
+            ('{"jsonrpc": "2.0", "id": 7, "method": 7}', 7, -32600, "method"),
+            ('"just a string"', None, -32600, "object"),
+        ):  # fmt: skip
+            send(line)
+            answer = _read_message(process, 60)
+            assert answer.get("id") == ident and "error" in answer, (line, answer)
+            assert answer["error"]["code"] == code, (line, answer)
+            assert says in answer["error"]["message"], (line, answer)
+            assert "http" not in answer["error"]["message"], answer
+        # the session goes on
+        send('{"jsonrpc": "2.0", "id": 8, "method": "tools/list"}')
+        listed = _read_message(process, 60)
+        assert listed["id"] == 8 and {t["name"] for t in listed["result"]["tools"]} == TOOLS
+    finally:
+        process.stdin.close()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
+    assert process.returncode == 0  # stdin closed: the server ended cleanly
+
+
+def test_tool_errors_speak_to_the_agent(serve_kb: ServeKb) -> None:
+    """No pydantic text ending in a URL; hints name the tools, not the command line; unknown
+    arguments are refused (as the HTTP API refuses unknown fields); explore_graph notes only
+    what it was given; every parameter of every tool is described."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=_command(),
+        env=_env(serve_kb, serve_kb.reader_url),
+        cwd=str(ROOT),
+    )
+
+    async def session() -> None:
+        async with Client(params, read_timeout_seconds=120) as client:
+            for tool in (await client.list_tools()).tools:
+                for name, schema in tool.input_schema["properties"].items():
+                    assert schema.get("description"), f"{tool.name}.{name} has no description"
+            for name, args, says in (
+                ("search", {"query": "x", "limit": "many"}, "limit: "),
+                ("search", {"query": "x", "mode": "fuzzy"}, "mode: "),
+                ("search", {"limit": 3}, "query: "),
+                ("neighbor_chunks", {"chunk_id": -1}, "chunk_id: "),
+                ("read_document", {"document": "x", "max_tokens": 10}, "max_tokens: "),
+            ):
+                text = _error_text(await _call(client, name, args))
+                assert says in text, (name, text)
+                assert "http" not in text and "pydantic" not in text, text
+                assert "validation error for" not in text, text
+            missing = _error_text(await _call(client, "read_document", {"document": "nope.md"}))
+            assert "list_documents" in missing and "pgkb " not in missing, missing
+            for name, args, extra in (
+                ("search", {"query": "vacuum", "colour": "red"}, "colour"),
+                ("list_documents", {"limit": 5, "Limit": 6}, "Limit"),
+                ("explore_graph", {"query": "vacuum", "depht": 2}, "depht"),
+            ):
+                text = _error_text(await _call(client, name, args))
+                assert f"unknown argument(s): {extra}" in text, text
+                assert "accepted:" in text, text
+            graph = _structured(await _call(client, "explore_graph", {"query": "vacuum"}))
+            assert not any("depth" in note for note in graph["notes"]), graph["notes"]
+            deep = _structured(
+                await _call(client, "explore_graph", {"query": "vacuum", "depth": 2})
+            )
+            assert any("depth" in note for note in deep["notes"]), deep["notes"]
+
+    anyio.run(session)
