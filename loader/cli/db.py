@@ -135,11 +135,12 @@ def db_grant(
     when ROLE or a collection does not exist (nothing is granted).
     """
     from loader.db.session import connection
-    from loader.ops.roles import grant
+    from loader.ops.roles import embedded_sign_in, grant
 
     if statement_timeout is not None and not read:
         raise PgkbError("--statement-timeout goes with --read (a reader's queries)")
-    with connection(app.settings()) as conn:
+    settings = app.settings()
+    with connection(settings) as conn:
         done = grant(
             conn,
             role,
@@ -148,9 +149,12 @@ def db_grant(
             statement_timeout=statement_timeout,
             collections=collections,
         )
+        sign_in = None if settings.database_url else embedded_sign_in(conn, role)
     for statement in done:
         echo(statement)
     echo(f"granted to {role}; it takes effect at the role's next login", err=True)
+    if sign_in:
+        echo(sign_in, err=True)
 
 
 @db.command("grants")

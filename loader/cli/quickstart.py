@@ -113,7 +113,7 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
 
 def _shown(url: str) -> str:
     """``url`` as the user can paste it: redacted only when it holds a password (the embedded
-    server's URL has an empty one, which redaction would turn into ``***``)."""
+    server's URL has none: its password file is named by ``passfile``)."""
     import psycopg
 
     try:

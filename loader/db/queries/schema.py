@@ -1,5 +1,6 @@
 """The schema's state and the active embedding model: what loader.db.migrations,
-loader.db.status, loader.db.embedded and loader.providers.embeddings ask the database."""
+loader.db.status, loader.db.embedded (with its roles' passwords) and loader.providers.embeddings
+ask the database."""
 
 from __future__ import annotations
 
@@ -22,6 +23,13 @@ PGVECTOR_AVAILABLE = "SELECT default_version FROM pg_available_extensions WHERE 
 PGVECTOR_INSTALLED = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
 SERVER_VERSION = "SHOW server_version"
 DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = %s"
+RELOAD_CONFIGURATION = "SELECT pg_reload_conf()"
+"""The embedded server re-reads ``pg_hba.conf`` (its roles now sign in with their passwords)."""
+ROLE_HAS_PASSWORD = "SELECT rolpassword IS NOT NULL FROM pg_authid WHERE rolname = %s"
+"""Whether a role has a password (``pg_authid``: the embedded server's superuser may read it)."""
+SET_ROLE_PASSWORD = sql.SQL("ALTER ROLE {} PASSWORD {}")
+"""Format with ``sql.Identifier(role)`` and ``sql.Literal(scram_verifier)``: the password
+hashed on the client, so the server never sees (or logs) it."""
 CREATE_DATABASE = sql.SQL("CREATE DATABASE {}")
 """Format with ``sql.Identifier(name)``."""
 DROP_DATABASE = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
