@@ -229,10 +229,14 @@ def reembed(
     if as_json:
         emit_json(report.to_dict())
         return
+    built = ""
+    if report.index_was_missing and report.index_rebuilt:
+        built = "; built its missing HNSW index (a stopped run had dropped it)"
+    elif report.index_rebuilt:
+        built = "; its HNSW index was built after the bulk load"
     echo(
         f"{report.model} ({report.dims} dims): {report.embedded} chunks embedded, "
-        f"{report.remaining} missing"
-        + ("; its HNSW index was built after the bulk load" if report.index_rebuilt else "")
+        f"{report.remaining} missing{built}"
     )
     if report.remaining == 0:
         echo(

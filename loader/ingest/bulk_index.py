@@ -17,8 +17,12 @@ Guarantees:
   rows by a sequential scan and returns the exact nearest neighbours;
 - the rebuild runs in a ``finally``: a load that fails midway (an embedding API that gives up,
   a database error, Ctrl-C) still ends with the index built. Only a killed process (or a lost
-  connection) can leave a model without its index: ``pgkb db doctor`` reports it and
-  ``pgkb db reindex`` builds it;
+  connection) can leave a model without its index; the next load of that model (``pgkb
+  ingest``, even with nothing to change, or ``pgkb models reembed``, even with nothing to
+  embed) finds it missing when it starts and builds it when it ends (with the ``hnsw_m`` and
+  ``hnsw_ef_construction`` settings: the dropped index's own were lost with the process);
+  meanwhile ``pgkb db doctor`` reports it, ``pgkb db reindex`` builds it and ``pgkb models
+  activate`` refuses the model;
 - the caller holds the ingestion advisory lock (``ingest_lock``), so no other load interleaves;
 - ``DROP INDEX`` takes a brief exclusive lock on ``kb.embeddings``; ``kb.drop_model_index`` waits
   at most 5 s for it (a long transaction must not queue every search behind the drop), and when
@@ -63,6 +67,7 @@ class BulkIndex:
         self.conn = conn
         self.model_id = model_id
         self.threshold = settings.hnsw_bulk_threshold
+        self.hnsw = (settings.hnsw_m, settings.hnsw_ef_construction)
         self.existing = existing
         self.report = report
         self.planned = 0
@@ -71,7 +76,24 @@ class BulkIndex:
         """What ``kb.drop_model_index`` returned (index name, m, ef_construction), while the
         index is dropped."""
         self.rebuilt = False
+        self.was_missing = False
+        """The index was missing when the load began (a killed load dropped it): built at the
+        end."""
         self._settled = False  # row by row for the rest of the load (no index, lock refused)
+
+    def check_missing(self) -> None:
+        """Note whether the model's index is missing as the load begins (the caller holds the
+        ingestion lock, so no other load has dropped it on purpose)."""
+        row = self.conn.execute(queries.MODEL_INDEX_MISSING, (self.model_id,)).fetchone()
+        self.conn.commit()
+        if row is not None:
+            self.was_missing = self._settled = True
+            self.dropped = {"index": row[0], "m": self.hnsw[0], "ef_construction": self.hnsw[1]}
+            log.warning(
+                "the HNSW index %s is missing (a load was killed before building it again): it "
+                "is built when this load ends",
+                row[0],
+            )
 
     def before_write(self, count: int) -> None:
         """``count`` more embeddings of the model are about to be written: drop the index now if
@@ -162,8 +184,10 @@ def bulk_index(
     report: IngestReport | None = None,
 ) -> Iterator[BulkIndex]:
     """A :class:`BulkIndex` whose index, if dropped, is built again when the block ends, however
-    it ends. A failing rebuild after a failed load is logged and the load's error propagates."""
+    it ends, and so is the index a killed load left missing. A failing rebuild after a failed
+    load is logged and the load's error propagates."""
     bulk = BulkIndex(conn, model_id, settings, existing=existing, report=report)
+    bulk.check_missing()
     try:
         yield bulk
     except BaseException:

@@ -138,9 +138,29 @@ def _sql_error(conn: psycopg.Connection[Any], exc: Exception) -> PgkbError | Non
     return error
 
 
+MAX_INDEXED_DIMS = 2000
+"""pgvector's HNSW indexes vectors of at most 2,000 dimensions; larger models are searched
+exactly, with no index."""
+
+
+def _index_missing(model: Model) -> bool:
+    return model.index_name is None and model.dims <= MAX_INDEXED_DIMS
+
+
 def activate(conn: psycopg.Connection[Any], name: str, dims: int | None = None) -> Model:
-    """Make the model the active one (atomic); refused while chunks lack its vectors."""
+    """Make the model the active one (atomic); refused while chunks lack its vectors (in SQL)
+    or while its HNSW index is missing: a search through it would read every vector of it, so
+    the switch would slow every search without a word."""
     model = find_model(conn, name, dims)
+    if _index_missing(model) and not model.is_active:
+        raise PgkbError(
+            f"embedding model {model.name} ({model.dims} dims) has no HNSW index "
+            f"(embeddings_hnsw_model_{model.id} is missing: a bulk load was stopped before "
+            "building it again), so every search through it would read all its vectors; it "
+            "was not activated",
+            hint=f"pgkb models reembed --model {model.name} builds it (so does pgkb db "
+            "reindex), then activate it",
+        )
     try:
         conn.execute(queries.ACTIVATE_MODEL, (model.name, model.dims))
         conn.commit()
@@ -223,7 +243,10 @@ class ReembedReport:
     remaining: int = 0
     batches: int = 0
     index_rebuilt: bool = False
-    """The model's HNSW index was dropped before the load and built after it (a bulk load)."""
+    """The model's HNSW index was built at the end: dropped for this bulk load, or found
+    missing (``index_was_missing``)."""
+    index_was_missing: bool = False
+    """The index was missing when the run began: a killed run had dropped it."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -257,7 +280,13 @@ def reembed(
         report = ReembedReport(model.name, model.dims)
         with ingest_lock(conn, wait=wait, what="pgkb models reembed", progress=progress):
             model = find_model(conn, model.name, model.dims)  # fresh counts under the lock
-            if model.missing == 0:
+            if model.missing == 0 and not _index_missing(model):
+                return report
+            if model.missing == 0:  # a killed run embedded everything, then lost the index
+                with bulk_index(conn, model.id, settings, existing=model.embeddings) as bulk:
+                    pass
+                report.index_rebuilt = bulk.rebuilt
+                report.index_was_missing = bulk.was_missing
                 return report
             msettings = model_settings(settings, model)
             embedder = embedder or get_embedder(msettings)
@@ -279,6 +308,7 @@ def reembed(
                 bulk.before_write(model.missing)
                 _reembed_batches(conn, model, embedder, chunker, size, report, progress)
             report.index_rebuilt = bulk.rebuilt
+            report.index_was_missing = bulk.was_missing
         report.remaining = find_model(conn, model.name, model.dims).missing
     return report
 

@@ -9,6 +9,7 @@ hash is the file's) and holds exactly its source's text.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -310,3 +311,96 @@ def test_a_server_restart_mid_run_is_reported_and_the_next_run_completes(
         if (pgdata / "postmaster.pid").exists():
             stop_server(pgdata)
         shutil.rmtree(top, ignore_errors=True)
+
+
+def _index_of(conn: psycopg.Connection[Any], name: str) -> str | None:
+    row = conn.execute("SELECT index_name FROM kb.models() WHERE name = %s", (name,)).fetchone()
+    conn.rollback()
+    assert row is not None, name
+    return row[0]
+
+
+def test_a_killed_reembed_leaves_no_model_without_its_index(
+    db_url: str, tmp_path: Path, fake_openai: FakeOpenAI, conn: psycopg.Connection[Any]
+) -> None:
+    """kill -9 of `pgkb models reembed` mid bulk load (its model's HNSW index dropped, not yet
+    built again): `models activate` refuses the model, saying why and what builds the index; the
+    resumed run builds it before it exits 0; and a killed ingest's index is built again by the
+    next `pgkb ingest`, even one with nothing to change."""
+    from click.testing import CliRunner
+
+    from loader.cli import cli
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(12):
+        _write(root, i, 1)
+    settings = ingest_settings(db_url, tmp_path, fake_openai)
+    assert ingest_paths(settings, [root]).exit_code == 0
+    env = {**os.environ, **settings_env(settings), "PGKB_HNSW_BULK_THRESHOLD": "1"}
+    runner = CliRunner()
+
+    def run(*args: str) -> Any:
+        return runner.invoke(cli, list(args), env=env, catch_exceptions=False)
+
+    added = run(
+        "models", "add", "second", "--dims", "8", "--provider", "openai",
+        "--base-url", fake_openai.base_url,
+    )  # fmt: skip
+    assert added.exit_code == 0, added.output
+    assert _index_of(conn, "second") is not None  # registered with its index
+    _slow_embeddings(fake_openai, 0.3)
+    log = tmp_path / "reembed.log"
+    with open(log, "ab") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from loader.cli import main; main()", "models",
+             "reembed", "--model", "second", "--batch-size", "2"],
+            env=env, stdout=subprocess.DEVNULL, stderr=stderr,
+        )  # fmt: skip
+    _kill_when(
+        conn,
+        process,
+        "SELECT index_name IS NULL AND embeddings >= 4 FROM kb.models() WHERE name = 'second'",
+        log,
+    )
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    assert _index_of(conn, "second") is None  # what the kill left
+
+    fake_openai.script("/v1/embeddings")  # fast again
+    resumed = run("models", "reembed", "--model", "second", "--json")
+    assert resumed.exit_code == 0, resumed.output
+    report = json.loads(resumed.stdout)
+    assert report["remaining"] == 0 and report["index_rebuilt"] is True
+    assert _index_of(conn, "second") is not None
+    again = run("models", "reembed", "--model", "second", "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["index_rebuilt"] is False
+
+    # killed while building the index, every vector stored: activating it is refused, and the
+    # resumed run, with nothing to embed, builds the index
+    conn.execute("SELECT kb.drop_model_index(id) FROM kb.embedding_models WHERE name = 'second'")
+    conn.commit()
+    assert _index_of(conn, "second") is None
+    refused = run("models", "activate", "second")
+    assert refused.exit_code != 0
+    assert "HNSW index" in refused.stderr
+    assert "pgkb models reembed --model second" in refused.stderr
+    active = conn.execute("SELECT name FROM kb.models() WHERE is_active").fetchone()
+    conn.rollback()
+    assert active == ("fake-embed",)
+    rebuilt = run("models", "reembed", "--model", "second")
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert "built its missing HNSW index" in rebuilt.stdout
+    assert _index_of(conn, "second") is not None
+    assert run("models", "activate", "second").exit_code == 0
+
+    # an ingest killed the same way: the next ingest, with nothing to change, builds it
+    env["PGKB_EMBEDDING_MODEL"] = "second"
+    env["PGKB_EMBEDDING_DIMS"] = "8"
+    assert run("ingest", str(root)).exit_code == 0  # the documents as this model chunks them
+    conn.execute("SELECT kb.drop_model_index(id) FROM kb.embedding_models WHERE name = 'second'")
+    conn.commit()
+    ingested = run("ingest", str(root), "--json")
+    assert ingested.exit_code == 0, ingested.output
+    assert json.loads(ingested.stdout)["unchanged"] == 12
+    assert json.loads(ingested.stdout)["index_rebuilt"] is True
+    assert _index_of(conn, "second") is not None

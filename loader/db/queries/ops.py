@@ -207,6 +207,17 @@ SELECT m.id, m.name, 'embeddings_hnsw_model_' || m.id AS index_name
 """
 """Models (up to 2,000 dims, the most pgvector indexes) whose partial HNSW index is missing: a
 bulk load dropped it and was killed before building it again (loader.ingest.bulk_index)."""
+MODEL_INDEX_MISSING = """
+SELECT 'embeddings_hnsw_model_' || m.id AS index_name
+  FROM kb.embedding_models m
+ WHERE m.id = %s
+   AND m.dims <= 2000
+   AND NOT EXISTS (SELECT 1 FROM pg_class i
+                    WHERE i.relname = 'embeddings_hnsw_model_' || m.id
+                      AND i.relnamespace = 'kb'::regnamespace)
+"""
+"""The name of one model's HNSW index when it is missing (``MODELS_WITHOUT_INDEX`` for one
+model), no row when it exists or the model has more than 2,000 dims."""
 KB_ROLES = "SELECT rolname FROM pg_roles WHERE rolname IN ('kb_reader', 'kb_writer')"
 # What the documentation's "Roles and grants" promises, one (check, have, want) row per promise. The
 # function lists come from the grants written in sql_functions/ (loader.ops.doctor reads them):
