@@ -73,8 +73,10 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
     """Files (resolved, de-duplicated, sorted) under ``paths``; loops and dead links reported.
 
     A path that does not exist is a :class:`ConfigError` (nothing is done). Directories are
-    walked recursively, following symbolic links but never into a directory already visited
-    (a symlink loop is reported, not followed forever); hidden files and folders are skipped.
+    walked recursively, following symbolic links but never into a directory already visited:
+    a link back to a folder it is in (a symlink loop) is reported, not followed forever; a
+    second way to a folder walked already (an alias link) is passed over quietly, its files
+    being listed once, under their real paths. Hidden files and folders are skipped.
     """
     scan = Scan()
     seen: set[Path] = set()
@@ -152,6 +154,7 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
         root = path.resolve()
         scan.roots.append(root)
         visited: set[tuple[int, int]] = set()
+        folders: dict[str, tuple[int, int]] = {}  # each folder walked, by the path it was walked at
 
         def on_error(exc: OSError) -> None:
             scan.failures.append((str(exc.filename), f"cannot read folder: {exc.strerror}"))
@@ -178,13 +181,19 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
                 dirnames[:] = []
                 continue
             key = (st.st_dev, st.st_ino)
-            if key in visited:
+            here = Path(dirpath)
+            ancestors = {folders[str(p)] for p in here.parents if str(p) in folders}
+            if key in ancestors:  # a link back to a folder it is in: walking it never ends
                 scan.failures.append(
                     (dirpath, f"symlink loop (leads back to {os.path.realpath(dirpath)})")
                 )
                 dirnames[:] = []
                 continue
+            if key in visited:  # another way to a folder walked already: its files are listed
+                dirnames[:] = []
+                continue
             visited.add(key)
+            folders[dirpath] = key
             if (dirnames or filenames) and not os.access(dirpath, os.X_OK):
                 # listed (read permission) but not entered (no search permission): nothing in
                 # it can be opened or checked, so prune keeps what is stored under it

@@ -239,3 +239,29 @@ def test_five_thousand_tiny_files_in_one_run(
     row = conn.execute("SELECT count(*) FROM kb.documents").fetchone()
     assert row == (5000,)
     conn.rollback()
+
+
+def test_a_folder_reached_through_an_alias_link_is_no_symlink_loop(tmp_path: Path) -> None:
+    """``docs/aliases/handbook -> ../handbook``: the real folder is walked once, its files are
+    ingested under their real paths, and nothing is reported: a second way to a folder is not a
+    loop (walked in name order, the alias comes first, and the real folder was the one reported).
+    A true loop, a link back to a folder it is in, is still reported."""
+    root = tmp_path / "docs"
+    _corpus(root, ["handbook/leave.md", "handbook/travel.md", "notes.md"])
+    (root / "aliases").mkdir()
+    (root / "aliases" / "handbook").symlink_to(root / "handbook", target_is_directory=True)
+    (root / "a-first").symlink_to(root / "handbook", target_is_directory=True)
+    scan = scan_paths([root])
+    assert scan.failures == []
+    assert [p.relative_to(root).as_posix() for p in scan.files] == [
+        "handbook/leave.md",
+        "handbook/travel.md",
+        "notes.md",
+    ]
+    assert scan.unreadable == []
+
+    (root / "handbook" / "up").symlink_to(root, target_is_directory=True)  # a real loop
+    looped = scan_paths([root])
+    reasons = {Path(path).name: reason for path, reason in looped.failures}
+    assert list(reasons) == ["up"] and reasons["up"].startswith("symlink loop"), reasons
+    assert looped.files == scan.files
