@@ -151,15 +151,42 @@ def parse_int(value: object, default: int | None = None) -> int | None:
     return int(text)
 
 
+def json_line(data: Any) -> str:
+    """``data`` as one line of JSON, escaped as :func:`json_text` escapes."""
+    import json
+
+    text = json.dumps(data, default=str, ensure_ascii=False)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_STDERR_AS_JSON = False
+"""Set for a ``--json`` run (:func:`stderr_as_json`): what pgkb writes on stderr becomes one JSON
+object per line, so stdout and stderr collected into one file are JSON values only."""
+_LEVELS = {"red": "error", "yellow": "warning"}
+
+
+def stderr_as_json(on: bool = True) -> None:
+    global _STDERR_AS_JSON
+    _STDERR_AS_JSON = on
+
+
 def echo(message: str = "", **kwargs: object) -> None:
     """``click.echo`` of text that may come from a document or a model: control sequences are
     stripped first, so a title or an answer cannot move the cursor, retitle the terminal or
-    hide text."""
+    hide text. On stderr in a ``--json`` run: ``{"level": "info", "message": ...}``."""
+    if _STDERR_AS_JSON and kwargs.get("err"):
+        if message:
+            level = _LEVELS.get(str(kwargs.get("fg")), "info")
+            click.echo(json_line({"level": level, "message": printable(message)}), err=True)
+        return
     click.echo(printable(message), **kwargs)  # type: ignore[arg-type]
 
 
 def secho(message: str = "", **kwargs: object) -> None:
     """``click.secho`` (styled) through the same filter as :func:`echo`."""
+    if _STDERR_AS_JSON and kwargs.get("err"):
+        echo(message, **kwargs)
+        return
     click.secho(printable(message), **kwargs)  # type: ignore[arg-type]
 
 

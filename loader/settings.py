@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 import tomllib
 import types
 import typing
@@ -513,10 +512,12 @@ def _name_working_directory_config(
         return
     urls = [key for key in URL_SETTINGS if key in data]
     if urls:
-        print(
+        from loader.safety import echo
+
+        echo(
             f"pgkb: using {path} (a config file in the working directory), which sets "
             f"{', '.join(urls)}",
-            file=sys.stderr,
+            err=True,
         )
 
 

@@ -182,7 +182,7 @@ def ingest(
         for failure in report.failed:
             echo(f"failed: {one_line(failure['source'])}: {failure['reason']}", err=True)
         echo(summary_line(data), err=True)
-    if report.aborted:
+    if report.aborted and not as_json:  # with --json, the report says it (aborted, hint)
         secho(f"Error: {report.aborted}", fg="red", err=True)
         if report.hint:
             echo(f"  hint: {report.hint}", err=True)

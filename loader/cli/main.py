@@ -4,8 +4,10 @@ Heavy imports (the embedding model, the database driver's extras) happen inside 
 need them, so ``pgkb --help`` is instant. Every error pgkb raises on purpose is a
 :class:`~loader.errors.PgkbError` and is printed as one message with a hint, never a traceback;
 exit codes: 0 success, 1 some inputs failed, 2 configuration or connection error. With
-``--json``, an error is also one JSON object on stdout (``error``, ``hint``, ``exit_code``), so a
-scheduler never reads empty output.
+``--json``, stdout holds exactly one JSON object, the result or the error (``error``, ``hint``,
+``exit_code``: never also as text), so a scheduler never reads empty output; and whatever pgkb
+says on stderr meanwhile (notes, log records) is one JSON object per line (``level``,
+``message``, and ``logger`` for log records), so ``>> log 2>&1`` collects JSON values only.
 """
 
 from __future__ import annotations
@@ -34,14 +36,34 @@ def wants_json(args: Sequence[str]) -> bool:
 
 def fail(ctx: click.Context, message: str, hint: str, exit_code: int) -> NoReturn:
     """Report an error and exit: with ``--json``, one JSON object (``error``, ``hint``,
-    ``exit_code``) on stdout, for schedulers; always the message and hint on stderr."""
+    ``exit_code``) on stdout, for schedulers, and nothing more; else the message and hint on
+    stderr."""
     message, hint = redact(message), redact(hint)
     if ctx.meta.get(JSON_FLAG):
         emit_json({"error": message, "hint": hint, "exit_code": exit_code})
+        ctx.exit(exit_code)
     secho(f"Error: {message}", fg="red", err=True)
     if hint:
         echo(f"  hint: {hint}", err=True)
     ctx.exit(exit_code)
+
+
+class JsonLogFormatter(logging.Formatter):
+    """A log record as one line of JSON (a ``--json`` run): level, logger, message."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from loader.safety import json_line, printable
+
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        return json_line(
+            {
+                "level": record.levelname.lower(),
+                "logger": record.name,
+                "message": printable(message),
+            }
+        )
 
 
 DEFAULT_HINTS: dict[type[PgkbError], str] = {
@@ -60,7 +82,10 @@ class PgkbGroup(click.Group):
         super().add_command(cmd, name)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from loader.safety import stderr_as_json
+
         ctx.meta[JSON_FLAG] = wants_json(args)
+        stderr_as_json(ctx.meta[JSON_FLAG])
         try:
             return super().parse_args(ctx, args)
         except click.ClickException as exc:
@@ -158,6 +183,9 @@ def cli(
     """pgkb: a knowledge base inside PostgreSQL: documents in, cited answers out."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if ctx.meta.get(JSON_FLAG):
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonLogFormatter())
     ctx.obj = App(
         config_file,
         {

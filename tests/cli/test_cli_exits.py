@@ -46,7 +46,7 @@ def test_lock_held_with_no_wait(cli_env: dict[str, str], db_url: str, tmp_path: 
     data = _one_json_error(result.stdout)
     assert "another pgkb ingest is running" in data["error"]
     assert "--wait" in data["hint"] and data["exit_code"] == 2
-    assert "Error:" in result.stderr  # people reading the log still get the message
+    assert result.stderr == ""  # the error is the JSON object, once
 
 
 @pytest.mark.parametrize(
@@ -139,3 +139,73 @@ def test_cron_environment_refuses_before_starting_a_database(tmp_path: Path) -> 
     assert run.returncode == 2, run.stderr
     data = _one_json_error(run.stdout)
     assert "HOME is not set" in data["error"] and "PGKB_DATA_DIR" in data["hint"]
+
+
+def _json_values(text: str) -> list[Any]:
+    """The JSON values ``text`` is made of, in order (whitespace between them); a
+    :class:`json.JSONDecodeError` at the first thing that is not JSON."""
+    decoder = json.JSONDecoder()
+    values, at = [], 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            return values
+        value, at = decoder.raw_decode(text, at)
+        values.append(value)
+
+
+def _pgkb(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """pgkb in a process of its own, stderr into stdout: what ``>> log 2>&1`` collects."""
+    return subprocess.run(
+        [sys.executable, "-c", "from loader.cli import main; main()", *args],
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_json_run_writes_only_json_even_into_one_log(
+    db_url: str, tmp_path: Path, fake_openai: Any, conn: psycopg.Connection[Any]
+) -> None:
+    """``pgkb ... --json >> log 2>&1``: the log holds JSON values only: the run's one object
+    (its result, or its error: not the error again as text), and anything pgkb says on stderr
+    on the way (a note, a log record) as one JSON object per line, with its level."""
+    from loader.ingest.pipeline import ingest_paths
+    from tests.helpers import ingest_settings, settings_env
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nSome text about vacuum.\n", encoding="utf-8")
+    settings = ingest_settings(db_url, tmp_path, fake_openai)
+    assert ingest_paths(settings, [folder]).exit_code == 0
+    env = settings_env(settings)
+
+    # an error: the lock is held and --no-wait; and a note on the way (a ./pgkb.toml that sets
+    # a URL is named on stderr)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "pgkb.toml").write_text(f'database_url = "{db_url}"\n')
+    with psycopg.connect(db_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (INGEST_LOCK_KEY,))
+        run = _pgkb(["ingest", str(folder), "--no-wait", "--json"], env, work)
+    assert run.returncode == 2, run.stdout
+    values = _json_values(run.stdout)
+    errors = [v for v in values if "error" in v]
+    assert len(errors) == 1 and "another pgkb ingest is running" in errors[0]["error"]
+    notes = [v for v in values if v is not errors[0]]
+    assert any("pgkb.toml" in n["message"] and n["level"] for n in notes), values
+
+    # a warning logged on the way (the model's HNSW index found missing), then the result
+    conn.execute("SELECT kb.drop_model_index(id) FROM kb.embedding_models WHERE is_active")
+    conn.commit()
+    run = _pgkb(["reembed", "--model", "fake-embed", "--json"], env, tmp_path)
+    assert run.returncode == 0, run.stdout
+    values = _json_values(run.stdout)
+    assert values[-1]["index_was_missing"] is True and values[-1]["index_rebuilt"] is True
+    logged = values[:-1]
+    assert logged and all(v["level"] == "warning" and v["logger"] for v in logged), logged
+    assert any("HNSW index" in v["message"] for v in logged), logged
