@@ -35,7 +35,7 @@ from loader.answer.prompt import (
     truncate_question,
 )
 from loader.answer.result import Answer, checked_answer, fallback_answer
-from loader.answer.retrieval import Gate, QueryEmbedder, Retrieval, retrieve, settle
+from loader.answer.retrieval import Gate, QueryEmbedder, Retrieval, gate_record, retrieve, settle
 from loader.answer.tools import (
     CATALOGUE_CANDIDATES,
     CATALOGUE_SIZE,
@@ -182,6 +182,8 @@ def run_agent(
         assert client is not None  # settle answers when there is no client
         answer = _loop(conn, settings, found, embedder, client, category)
     answer.notes[:0] = found.notes
+    if answer.abstention is None:  # the gate let it through: say what it saw all the same
+        answer.abstention = gate_record(found)
     return answer
 
 

@@ -165,6 +165,14 @@ def retrieve(
     )
 
 
+def gate_record(retrieval: Retrieval) -> dict[str, Any]:
+    """What the abstention gate decided, as every answer's ``abstention`` carries it: the
+    ``reason`` (why it abstained, or that the signals look answerable) and the ``signals``."""
+    decision = retrieval.decision
+    reason = decision.reason if retrieval.hits else "retrieval found nothing"
+    return {"reason": reason, "signals": dict(decision.signals)}
+
+
 def settle(retrieval: Retrieval, client: ChatModel | None) -> Answer | None:
     """The answer when no model call is needed: "I don't know" when retrieval is too weak (before
     any model call), the extractive answer when no chat model is configured; else None."""

@@ -40,7 +40,7 @@ from loader.answer.prompt import (
     truncate_question,
 )
 from loader.answer.result import Answer, checked_answer, fallback_answer
-from loader.answer.retrieval import Gate, QueryEmbedder, Retrieval, retrieve, settle
+from loader.answer.retrieval import Gate, QueryEmbedder, Retrieval, gate_record, retrieve, settle
 from loader.filters import SearchFilters
 from loader.providers.chat import ChatError, ChatModel
 from loader.settings import Settings
@@ -81,6 +81,8 @@ def answer_question(
         assert client is not None  # settle answers when there is no client
         answer = _model_answer(conn, settings, found, client, on_text)
     answer.notes[:0] = found.notes
+    if answer.abstention is None:  # the gate let it through: say what it saw all the same
+        answer.abstention = gate_record(found)
     return answer
 
 

@@ -292,3 +292,25 @@ def test_ask_lists_related_documents_from_the_graph_within_the_category(
     assert "Index Types" in result.output
     # the graph's edge to the guide is not followed outside --category
     assert "Checkpoint Tuning" not in result.output
+
+
+def test_ask_json_always_has_the_abstention_key(env: dict[str, str], fake4: FakeOpenAI) -> None:
+    """The documented ``abstention`` (the gate's ``reason`` and the retrieval ``signals``) is in
+    every answer, not only in "I don't know": extractive, the model's, the agent's."""
+    fake4.script("/v1/chat/completions", chat_reply("B-tree [Index Types]."))
+    fake4.script("/v1/chat/completions", chat_reply("B-tree [Index Types]."))
+    for mode, args, chat in (
+        ("extractive", ["--json", ANSWERABLE], False),
+        ("model", ["--json", ANSWERABLE], True),
+        ("agent", ["--agent", "--json", ANSWERABLE], True),
+        ("abstained", ["--json", UNANSWERABLE], True),
+    ):
+        result = run(with_chat(env, fake4) if chat else env, *args)
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        assert data["mode"] == mode, data
+        gate = data["abstention"]
+        assert set(gate) == {"reason", "signals"}, (mode, gate)
+        assert gate["reason"] and isinstance(gate["signals"], dict) and gate["signals"], mode
+        if mode != "abstained":
+            assert gate["reason"] == "retrieval signals look answerable", (mode, gate)
