@@ -118,7 +118,8 @@ def check_schema(conn: psycopg.Connection[Any]) -> str:
     )
 
 
-def _preflight(url: str) -> None:
+def _preflight(url: str) -> str | None:
+    """Check that ``url``'s server can hold the schema; the schema's revision (None: none)."""
     conn = connect(url, register=False)
     try:
         row = conn.execute(queries.PGVECTOR_AVAILABLE).fetchone()
@@ -136,12 +137,15 @@ def _preflight(url: str) -> None:
             check_schema(conn)  # raises the "made by a newer pgkb" error
     finally:
         conn.close()
+    return revision
 
 
 def upgrade(url: str, revision: str = "head") -> None:
+    current = _preflight(url)
+    if revision == "head" and current is not None and current == head_revision():
+        return  # nothing for Alembic to do (importing it and SQLAlchemy takes seconds)
     from alembic import command
 
-    _preflight(url)
     try:
         command.upgrade(alembic_config(url=url), revision)
     except psycopg.Error as exc:

@@ -55,6 +55,27 @@ def test_the_revision_read_from_the_scripts_is_alembics(monkeypatch: pytest.Monk
     assert migrations.known_revisions() == {s.revision for s in scripts.walk_revisions()}
 
 
+def test_upgrading_a_schema_at_head_does_no_alembic_work(db_url: str, empty_db_url: str) -> None:
+    """`pgkb db upgrade` (and each `pgkb quickstart`, which upgrades two databases) on a schema
+    at head has nothing to do: it says so without importing Alembic and SQLAlchemy (seconds);
+    a schema behind head is still migrated through Alembic."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from loader.db.migrations import upgrade; upgrade(sys.argv[1]); "
+        "print('alembic' in sys.modules, 'sqlalchemy' in sys.modules)"
+    )
+    for url, imported in ((db_url, "False False"), (empty_db_url, "True True")):
+        run = subprocess.run(
+            [sys.executable, "-c", code, url], capture_output=True, text=True, timeout=300
+        )
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.split("\n")[-2] == imported, (url, run.stdout)
+    with psycopg.connect(empty_db_url) as conn:
+        assert "documents" in _tables(conn)
+
+
 def test_round_trip_base_head_base_head(empty_db_url: str) -> None:
     migrate(empty_db_url, "head")
     with psycopg.connect(empty_db_url) as conn:
