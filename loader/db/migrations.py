@@ -119,7 +119,7 @@ def check_schema(conn: psycopg.Connection[Any]) -> str:
 
 
 def _preflight(url: str) -> str | None:
-    """Check that ``url``'s server can hold the schema; the schema's revision (None: none)."""
+    """Check the server can hold the schema; returns the schema's current revision."""
     conn = connect(url, register=False)
     try:
         row = conn.execute(queries.PGVECTOR_AVAILABLE).fetchone()
@@ -141,9 +141,11 @@ def _preflight(url: str) -> str | None:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
+    """Migrate the ``kb`` schema of ``url`` to ``revision``. A schema already at the head
+    returns at once, without loading Alembic (a second of imports)."""
     current = _preflight(url)
     if revision == "head" and current is not None and current == head_revision():
-        return  # nothing for Alembic to do (importing it and SQLAlchemy takes seconds)
+        return
     from alembic import command
 
     try:

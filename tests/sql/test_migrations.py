@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +61,6 @@ def test_upgrading_a_schema_at_head_does_no_alembic_work(db_url: str, empty_db_u
     """`pgkb db upgrade` (and each `pgkb quickstart`, which upgrades two databases) on a schema
     at head has nothing to do: it says so without importing Alembic and SQLAlchemy (seconds);
     a schema behind head is still migrated through Alembic."""
-    import subprocess
-    import sys
-
     code = (
         "import sys; from loader.db.migrations import upgrade; upgrade(sys.argv[1]); "
         "print('alembic' in sys.modules, 'sqlalchemy' in sys.modules)"
