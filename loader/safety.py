@@ -153,8 +153,6 @@ def parse_int(value: object, default: int | None = None) -> int | None:
 
 def json_line(data: Any) -> str:
     """``data`` as one line of JSON, escaped as :func:`json_text` escapes."""
-    import json
-
     text = json.dumps(data, default=str, ensure_ascii=False)
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 

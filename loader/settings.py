@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from loader.errors import ConfigError
 from loader.filters import SearchFilters, check_collection
+from loader.safety import echo
 
 ENV_PREFIX = "PGKB_"
 DEFAULT_CHUNK_TOKENS = 200
@@ -512,8 +513,6 @@ def _name_working_directory_config(
         return
     urls = [key for key in URL_SETTINGS if key in data]
     if urls:
-        from loader.safety import echo
-
         echo(
             f"pgkb: using {path} (a config file in the working directory), which sets "
             f"{', '.join(urls)}",

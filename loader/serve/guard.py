@@ -35,6 +35,7 @@ import logging
 from typing import Any
 
 import anyio
+import h11
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -283,7 +284,6 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 def _protocol(header_timeout: float, max_connections: int) -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol with a deadline on each request head and a cap on connections."""
-    import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class Protocol(H11Protocol):

