@@ -7,7 +7,8 @@ Ingestion: ``ingest_settings`` and ``settings_env`` (its PGKB_* environment; fak
 API), ``write_docs`` (a small folder of every format), ``stored_documents``, ``check_whole``
 (every document complete). Queries: ``rows`` (dicts by column name). SQL function files:
 ``function_file_problems`` (the rules of ``sql_functions/`` and the function store). Errors:
-``raises_code`` (a database error checked by its SQLSTATE).
+``raises_code`` (a database error checked by its SQLSTATE). Servers: ``uvicorn_thread`` (an ASGI
+app on uvicorn as ``pgkb serve`` configures it, in a thread of the test).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import contextlib
 import dataclasses
 import hashlib
 import re
+import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -485,3 +488,30 @@ def raises_code(
     assert caught.value.sqlstate == code, (
         f"SQLSTATE {caught.value.sqlstate}, expected {code}: {caught.value}"
     )
+
+
+# --- servers ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def uvicorn_thread(app: Any, **config: Any) -> Iterator[int]:
+    """``app`` served by uvicorn on an ephemeral 127.0.0.1 port, in a thread, with the
+    configuration ``pgkb serve`` runs (``server_config``; ``config`` overrides); yields the
+    port and stops the server (graceful shutdown) when the block ends."""
+    import uvicorn
+
+    from loader.serve.guard import server_config
+
+    config.setdefault("log_level", "warning")
+    instance = uvicorn.Server(server_config(app, host="127.0.0.1", port=0, **config))
+    thread = threading.Thread(target=instance.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not instance.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield instance.servers[0].sockets[0].getsockname()[1]
+    finally:
+        instance.should_exit = True
+        thread.join(timeout=30)

@@ -13,8 +13,6 @@ import contextlib
 import json
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,7 +24,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loader.serve.guard import Guard, server_config
+from loader.serve.guard import Guard
+from tests.helpers import uvicorn_thread
+from tests.processes import wait_until
 
 
 class Stub:
@@ -65,32 +65,6 @@ class Stub:
                 Route("/healthz", healthz, methods=["GET"]),
             ]
         )
-
-
-@contextlib.contextmanager
-def running(app: Any, **config: Any) -> Iterator[int]:
-    """``app`` served by uvicorn as ``pgkb serve`` configures it; yields the port."""
-    import uvicorn
-
-    instance = uvicorn.Server(server_config(app, host="127.0.0.1", port=0, **config))
-    thread = threading.Thread(target=instance.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not instance.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield instance.servers[0].sockets[0].getsockname()[1]
-    finally:
-        instance.should_exit = True
-        thread.join(timeout=30)
-
-
-def until(condition: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
-        time.sleep(0.05)
 
 
 def raw(port: int, data: bytes = b"") -> socket.socket:
@@ -148,7 +122,7 @@ def guard(stub: Stub, **options: Any) -> Guard:
 
 def test_sixty_four_idle_connections_do_not_turn_requests_away() -> None:
     stub = Stub(hold=0.01)
-    with running(guard(stub), header_timeout=2.0) as port:
+    with uvicorn_thread(guard(stub), header_timeout=2.0) as port:
         idle = [raw(port) for _ in range(64)]  # connect, send nothing
         half = [raw(port, b"POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1\r\n") for _ in range(8)]
         try:
@@ -156,7 +130,9 @@ def test_sixty_four_idle_connections_do_not_turn_requests_away() -> None:
                 response = post(port)
                 assert response.status_code == 200, response.text
             # the server closes connections that send no complete request head in time
-            until(lambda: all(closed_by_server(s) for s in idle + half), 30, "idle closed")
+            wait_until(
+                lambda: all(closed_by_server(s) for s in idle + half), "idle closed", 30, 0.05
+            )
         finally:
             for sock in idle + half:
                 sock.close()
@@ -166,7 +142,7 @@ def test_sixty_four_idle_connections_do_not_turn_requests_away() -> None:
 def test_slow_bodies_hold_no_concurrency_slot_and_are_cut_at_the_deadline() -> None:
     stub = Stub(hold=0.01)
     app = guard(stub, concurrency=8, queue_timeout=3.0, body_timeout=3.0)
-    with running(app) as port:
+    with uvicorn_thread(app) as port:
         body = json.dumps({"q": "x" * 40}).encode()
         head = (
             f"POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
@@ -205,10 +181,12 @@ def test_slow_bodies_hold_no_concurrency_slot_and_are_cut_at_the_deadline() -> N
 def test_above_the_limit_requests_queue_then_get_a_json_503() -> None:
     stub = Stub()
     app = guard(stub, concurrency=2, queue_timeout=60.0)
-    with running(app) as port, ThreadPoolExecutor(max_workers=100) as pool:
+    with uvicorn_thread(app) as port, ThreadPoolExecutor(max_workers=100) as pool:
         # 100 at once, two served at a time: the others wait their turn, none turned away
         futures = [pool.submit(post, port, timeout=120) for _ in range(100)]
-        until(lambda: stub.in_flight == 2 and app.waiting == 98, 60, "98 queued, 2 served")
+        wait_until(
+            lambda: stub.in_flight == 2 and app.waiting == 98, "98 queued, 2 served", 60, 0.05
+        )
         stub.gate.set()
         codes = [f.result(timeout=120).status_code for f in futures]
         assert codes == [200] * 100
@@ -216,11 +194,11 @@ def test_above_the_limit_requests_queue_then_get_a_json_503() -> None:
 
     held = Stub()  # requests wait until the test releases them
     app = guard(held, concurrency=1, queue_timeout=1.5, queue_size=3)
-    with running(app) as port, ThreadPoolExecutor(max_workers=8) as pool:
+    with uvicorn_thread(app) as port, ThreadPoolExecutor(max_workers=8) as pool:
         first = pool.submit(post, port)
-        until(lambda: held.in_flight == 1, 30, "the first request is being served")
+        wait_until(lambda: held.in_flight == 1, "the first request is being served", 30, 0.05)
         waiting = [pool.submit(post, port) for _ in range(3)]  # the queue's three places
-        until(lambda: app.waiting == 3, 30, "three requests queued")
+        wait_until(lambda: app.waiting == 3, "three requests queued", 30, 0.05)
         over = post(port)  # a fourth finds the queue full: refused at once, as JSON
         assert over.status_code == 503 and over.headers["retry-after"]
         assert over.json()["error"]["type"] == "unavailable"
@@ -249,7 +227,7 @@ def test_above_the_limit_requests_queue_then_get_a_json_503() -> None:
 )
 def test_the_host_header_must_name_this_server(host: str, status: int) -> None:
     stub = Stub(hold=0.001)
-    with running(guard(stub, allowed_hosts=("kb.internal",), bound="127.0.0.1")) as port:
+    with uvicorn_thread(guard(stub, allowed_hosts=("kb.internal",), bound="127.0.0.1")) as port:
         response = httpx.post(
             f"http://127.0.0.1:{port}/v1/search",
             json={"q": 1},
@@ -268,7 +246,7 @@ def test_the_host_header_must_name_this_server(host: str, status: int) -> None:
 
 def test_a_server_bound_to_every_address_accepts_its_addresses_not_other_names() -> None:
     stub = Stub(hold=0.001)
-    with running(guard(stub, bound="0.0.0.0")) as port:
+    with uvicorn_thread(guard(stub, bound="0.0.0.0")) as port:
         for host, status in (
             (f"10.1.2.3:{port}", 200),  # an address of the machine: not a rebinding page
             (f"[fd00::5]:{port}", 200),
@@ -291,7 +269,7 @@ def test_a_server_bound_to_every_address_accepts_its_addresses_not_other_names()
 )
 def test_bodies_that_are_not_declared_json_are_refused(content_type: str | None) -> None:
     stub = Stub(hold=0.001)
-    with running(guard(stub)) as port:
+    with uvicorn_thread(guard(stub)) as port:
         headers = {"Content-Type": content_type} if content_type else {}
         response = httpx.post(
             f"http://127.0.0.1:{port}/v1/search",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 from loader.cli import cli
+from tests.helpers import uvicorn_thread
 from tests.serve_fixtures import ServeKb
 
 pytestmark = pytest.mark.model
@@ -37,27 +37,13 @@ INDEX = "How do I build an index without locking writes?"
 def served(serve_kb: ServeKb) -> Iterator[tuple[str, Any]]:
     """Base URL of ``pgkb serve``'s app on uvicorn as ``pgkb serve`` configures it, as the
     reader role, with a token; and its service."""
-    import uvicorn
-
-    from loader.serve.guard import server_config
     from loader.serve.http import create_app
     from loader.serve.service import KnowledgeService
 
     service = KnowledgeService(serve_kb.as_reader(), pool_size=4).open()
     app = create_app(service, token=TOKEN, max_body=64_000, concurrency=8)
-    instance = uvicorn.Server(server_config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=instance.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not instance.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    port = instance.servers[0].sockets[0].getsockname()[1]
-    try:
+    with uvicorn_thread(app) as port:
         yield f"http://127.0.0.1:{port}", service
-    finally:
-        instance.should_exit = True
-        thread.join(timeout=30)
     assert service.pool.closed  # the lifespan closed the pool at shutdown
 
 
