@@ -202,7 +202,7 @@ def test_a_json_run_writes_only_json_even_into_one_log(
     # a warning logged on the way (the model's HNSW index found missing), then the result
     conn.execute("SELECT kb.drop_model_index(id) FROM kb.embedding_models WHERE is_active")
     conn.commit()
-    run = _pgkb(["reembed", "--model", "fake-embed", "--json"], env, tmp_path)
+    run = _pgkb(["models", "reembed", "--model", "fake-embed", "--json"], env, tmp_path)
     assert run.returncode == 0, run.stdout
     values = _json_values(run.stdout)
     assert values[-1]["index_was_missing"] is True and values[-1]["index_rebuilt"] is True

@@ -1,10 +1,11 @@
 """The commands that moved under their nouns (``pgkb reindex`` is now ``pgkb db reindex``): each
 old name still runs the same command, hidden from help and the reference, with exactly one line
-on stderr naming the new command; stdout and the exit code are the new command's, so a cron line
-or a ``--json`` reader keeps working."""
+on stderr naming the new command (in a ``--json`` run a JSON line, as every note there is); stdout
+and the exit code are the new command's, so a cron line or a ``--json`` reader keeps working."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -51,10 +52,15 @@ def test_the_old_name_runs_the_new_command_with_one_line_on_stderr(
     old, rest = args[0], args[1:]
     new = run([*MOVED[old].split(), *rest], cli_env)
     before = run(args, cli_env)
-    line = f"note: `pgkb {old}` is now `pgkb {MOVED[old]}`; the old name still works\n"
+    note = f"note: `pgkb {old}` is now `pgkb {MOVED[old]}`; the old name still works"
     assert before.exit_code == new.exit_code
     assert before.stdout == new.stdout
-    assert before.stderr == line + new.stderr
+    first, newline, after = before.stderr.partition("\n")
+    assert newline and after == new.stderr
+    if "--json" in rest:  # stderr of a --json run holds JSON values only
+        assert json.loads(first) == {"level": "info", "message": note}
+    else:
+        assert first == note
     assert "the old name still works" not in new.stderr  # the new name prints no such line
 
 
@@ -76,9 +82,10 @@ def test_a_usage_error_under_the_old_name_keeps_its_exit_code_and_json() -> None
     result = CliRunner().invoke(cli, ["stale", "--json"])  # --older-than is required
     assert result.exit_code == 2
     assert result.stdout.startswith("{") and '"exit_code": 2' in result.stdout
-    assert result.stderr.splitlines()[0] == (
-        "note: `pgkb stale` is now `pgkb docs stale`; the old name still works"
-    )
+    assert json.loads(result.stderr.splitlines()[0]) == {  # a --json run: JSON on stderr too
+        "level": "info",
+        "message": "note: `pgkb stale` is now `pgkb docs stale`; the old name still works",
+    }
 
 
 def test_the_reference_shows_the_new_tree_and_not_the_old_names() -> None:
