@@ -269,7 +269,8 @@ def test_eval_compares_a_model_before_switching(
     assert _add(env, fake_openai, "fake-embed-2", 8).exit_code == 0
     args = ["eval", "--questions", str(questions), "--model", "fake-embed-2", "--json"]
     early = run(args, env)
-    assert early.exit_code == 2 and "have no embedding of fake-embed-2" in early.stderr
+    assert early.exit_code == 2  # --json: the error is the JSON object on stdout, not stderr
+    assert "have no embedding of fake-embed-2" in json.loads(early.stdout)["error"]
     reembed(settings, "fake-embed-2")
     fake_openai.requests.clear()
     result = run(args, env)
