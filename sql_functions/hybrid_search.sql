@@ -21,7 +21,7 @@
 -- as 40P01 or work_mem), so those queries lean on the keyword leg. For a plain question
 --     w_k = keyword_weight * share ^ keyword_confidence
 -- where share is the keyword leg's own evidence: the share of the query's IDF mass (BM25 IDF of
--- each positive lexeme from kb.term_stats, as the keyword leg ranks) that its best chunk contains. When that
+-- each positive lexeme in the collections searched, as the keyword leg ranks) that its best chunk contains. When that
 -- chunk holds all the query's rare words the leg weighs in fully (1.5 against the vector leg's
 -- 2 by default); when it matched only common words (a paraphrase whose key words the corpus
 -- writes otherwise, or a word the corpus never uses) the leg steps back quickly (the square of
@@ -97,6 +97,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     exact_query boolean;
+    q record;
+    scope text[];
+    n_chunks double precision;
 BEGIN
     IF rrf_k IS NULL OR rrf_k < 0 THEN
         RAISE EXCEPTION 'rrf_k must be >= 0, got %', coalesce(rrf_k::text, 'NULL')
@@ -130,7 +133,14 @@ BEGIN
             USING ERRCODE = 'PK001';
     END IF;
     lead_slot := least(coalesce(lead_slot, 0), 1000);
-    exact_query := coalesce((SELECT sq.strict_first FROM kb.search_query(query_text) AS sq), false);
+    q := kb.search_query(query_text);
+    exact_query := coalesce(q.strict_first, false);
+    -- the collections searched, whose statistics the keyword evidence reads (as the keyword
+    -- leg's): the caller's scope of the filters' collections
+    scope := (kb.search_filters(filters)).collections;
+    SELECT greatest(coalesce(sum(s.chunk_count), 0), 1)::double precision INTO n_chunks
+      FROM kb.collection_stats s
+     WHERE scope IS NULL OR s.collection = ANY (scope);
     IF exact_query THEN
         keyword_weight := exact_keyword_weight;
         keyword_confidence := 0;
@@ -146,17 +156,15 @@ BEGIN
           FROM kb.keyword_search(query_text, keyword_candidates, filters, document_ids,
                                  keyword_ranking) AS ks
     ),
-    -- BM25 IDF of the query's positive lexemes from the database's statistics, the ones the
-    -- keyword leg ranks with (for a reader granted some collections too: counting them in its
-    -- collections, as kb.query_terms does for the abstention gate, reads every chunk of them)
+    -- BM25 IDF of the query's positive lexemes in the collections searched, the statistics
+    -- the keyword leg ranks with
     terms AS (
         SELECT l.lexeme,
-               ln(1 + (n.n - coalesce(ts.df, 0) + 0.5) / (coalesce(ts.df, 0) + 0.5)) AS idf
-          FROM kb.search_query(query_text) AS sq
-         CROSS JOIN LATERAL unnest(sq.lexemes) AS l(lexeme)
-         CROSS JOIN (SELECT greatest(cs.chunk_count, 1)::double precision AS n
-                       FROM kb.corpus_stats cs) AS n
-          LEFT JOIN kb.term_stats ts ON ts.lexeme = l.lexeme
+               ln(1 + (n_chunks - coalesce(sum(ts.df), 0) + 0.5) / (coalesce(sum(ts.df), 0) + 0.5)) AS idf
+          FROM unnest(q.lexemes) AS l(lexeme)
+          LEFT JOIN kb.collection_term_stats ts
+            ON ts.lexeme = l.lexeme AND (scope IS NULL OR ts.collection = ANY (scope))
+         GROUP BY l.lexeme
     ),
     -- the keyword leg's evidence: the IDF share of the query's lexemes its best chunk holds
     share AS (

@@ -1,7 +1,8 @@
 -- kb.near_lexemes(lexeme text) -> SETOF text
 --
--- Corpus lexemes (kb.term_stats, df > 0; for a caller granted only some collections, only those
--- its collections hold, kb.term_df) that could be the word a misspelt `lexeme` meant: the
+-- Lexemes of the collections the caller reads (kb.collection_term_stats within
+-- kb.collection_scope(NULL): its grants, narrowed by the session's pgkb.collections; every
+-- collection when nothing narrows it) that could be the word a misspelt `lexeme` meant: the
 -- same first two characters and a length within one of it. The edit distance itself is computed
 -- by the caller (the abstention gate) on this short list. No rows for a lexeme shorter than 2
 -- characters; at most 5,000 rows, in no particular order. Reads only (STABLE).
@@ -13,25 +14,21 @@ PARALLEL SAFE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH candidates AS (
-        SELECT t.lexeme FROM kb.term_stats t
-         WHERE length(near_lexemes.lexeme) >= 2
-           AND t.df > 0
-           AND t.lexeme LIKE replace(replace(replace(left(near_lexemes.lexeme, 2), '\', '\\'),
-                                             '%', '\%'), '_', '\_') || '%'
-           AND length(t.lexeme) BETWEEN length(near_lexemes.lexeme) - 1
-                                    AND length(near_lexemes.lexeme) + 1
-         LIMIT 5000
-    )
-    SELECT c.lexeme FROM candidates c
-     WHERE kb.readable_collections() IS NULL
-    UNION ALL
-    SELECT d.lexeme FROM kb.term_df(ARRAY(SELECT c.lexeme FROM candidates c)) d
-     WHERE kb.readable_collections() IS NOT NULL AND d.df > 0;
+    WITH scope AS (SELECT kb.collection_scope(NULL) AS names)
+    SELECT DISTINCT t.lexeme
+      FROM kb.collection_term_stats t, scope
+     WHERE length(near_lexemes.lexeme) >= 2
+       AND t.df > 0
+       AND (scope.names IS NULL OR t.collection = ANY (scope.names))
+       AND t.lexeme LIKE replace(replace(replace(left(near_lexemes.lexeme, 2), '\', '\\'),
+                                         '%', '\%'), '_', '\_') || '%'
+       AND length(t.lexeme) BETWEEN length(near_lexemes.lexeme) - 1
+                                AND length(near_lexemes.lexeme) + 1
+     LIMIT 5000;
 $$;
 
 COMMENT ON FUNCTION kb.near_lexemes(text) IS
-'Corpus lexemes with the same first two characters as a word and a length within one of it: the candidates for a misspelling. Maximum: 5000 rows.';
+'Lexemes of the collections the caller reads with the same first two characters as a word and a length within one of it: the candidates for a misspelling. Maximum: 5000 rows.';
 
 REVOKE ALL ON FUNCTION kb.near_lexemes(text) FROM PUBLIC;
 DO $$

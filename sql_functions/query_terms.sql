@@ -3,9 +3,11 @@
 -- The lexemes of query_text (to_tsvector('english'), each once, in lexeme order) with their
 -- document frequency in the corpus (df = chunks whose tsv holds the lexeme, 0 when none does)
 -- and BM25's inverse document frequency, the same formula kb.keyword_search ranks with:
---     idf = ln(1 + (N - df + 0.5) / (df + 0.5)), N = kb.corpus_stats.chunk_count (at least 1).
--- For a caller granted only some collections, df and N count the chunks of those collections
--- only (kb.term_df), so nothing depends on a collection it may not read.
+--     idf = ln(1 + (N - df + 0.5) / (df + 0.5)), N = the chunk count (at least 1).
+-- df and N count the chunks of the collections the caller reads (kb.collection_scope(NULL): its
+-- grants, narrowed by the session's pgkb.collections, as `pgkb ask --collection` and the
+-- servers' per-call collections set it; every collection when nothing narrows it), so nothing
+-- depends on a collection outside them.
 -- Only the first 20,000 characters of query_text are read (as kb.search_query does): whatever
 -- the caller passes, the work is bounded and no text raises (NULL gives no rows).
 -- The abstention gate reads it for its unknown-term and coverage signals. Reads only (STABLE).
@@ -22,15 +24,11 @@ AS $$
           FROM pg_catalog.unnest(pg_catalog.to_tsvector('english'::pg_catalog.regconfig,
                                                        pg_catalog.left(query_text, 20000))) AS l
     ), r AS (
-        SELECT kb.readable_collections() AS names
+        SELECT kb.collection_scope(NULL) AS names
     ), n AS (
-        SELECT greatest(CASE WHEN r.names IS NULL
-                             THEN (SELECT s.chunk_count FROM kb.corpus_stats s)
-                             ELSE (SELECT count(*) FROM kb.chunks c
-                                     JOIN kb.documents d ON d.id = c.document_id
-                                    WHERE d.collection = ANY (r.names))
-                        END, 1)::pg_catalog.float8 AS n
-          FROM r
+        SELECT greatest(coalesce(sum(s.chunk_count), 0), 1)::pg_catalog.float8 AS n
+          FROM r, kb.collection_stats s
+         WHERE r.names IS NULL OR s.collection = ANY (r.names)
     )
     SELECT q.lexeme,
            coalesce(t.df, 0),
@@ -41,7 +39,7 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION kb.query_terms(text) IS
-'The lexemes of a query with their document frequency (df) and BM25 IDF, as kb.keyword_search computes it; the abstention gate''s term statistics. Maximum: the first 20000 characters of the text are read.';
+'The lexemes of a query with their document frequency (df) and BM25 IDF in the collections the caller reads, as kb.keyword_search computes it; the abstention gate''s term statistics. Maximum: the first 20000 characters of the text are read.';
 
 REVOKE ALL ON FUNCTION kb.query_terms(text) FROM PUBLIC;
 DO $$

@@ -1,6 +1,7 @@
 -- kb.search_query(query_text text)
 --   -> (strict_query tsquery, any_query tsquery, lexemes text[], excluded tsquery, negated text[],
---       identifiers text[], strict_first boolean)
+--       identifiers text[], strict_first boolean, quoted text[], required tsquery,
+--       required_words text[])
 --
 -- Parses a user's search text once, for kb.keyword_search. Never raises, whatever the text:
 --   strict_query  websearch_to_tsquery('english', text): "quoted phrases" as phrases, -word as
@@ -17,7 +18,16 @@
 --   strict_first  true when the text asks for exact matching: a "quoted phrase", or a word that
 --                 looks like an identifier (with '_', or with both letters and digits: 40P01,
 --                 pg_dump); kb.keyword_search then ranks the strict_query matches first.
---                 Natural-language questions without either are ranked by score alone.
+--                 Natural-language questions without either are ranked by score alone;
+--   quoted        the "quoted parts" of the text as written, not the negated ones (-"...")
+--                 (at most 16; a quote left open runs to the end of the text), NULL when there
+--                 is none;
+--   required      the AND of the quoted parts as websearch_to_tsquery reads them (each a
+--                 phrase), NULL when no quoted part has a lexeme (only stop words or
+--                 punctuation): kb.keyword_search returns only chunks matching it;
+--   required_words the identifier-like words of the quoted parts, as written (at most 16):
+--                 kb.keyword_search returns only chunks holding each as a whole word, so
+--                 "work_mem" does not match maintenance_work_mem.
 -- The text is cut to its first 20,000 characters (a query is not a document), and a run of two
 -- or more dashes (with or without spaces between them) is read as a space.
 CREATE OR REPLACE FUNCTION kb.search_query(
@@ -28,7 +38,10 @@ CREATE OR REPLACE FUNCTION kb.search_query(
     OUT excluded tsquery,
     OUT negated text[],
     OUT identifiers text[],
-    OUT strict_first boolean)
+    OUT strict_first boolean,
+    OUT quoted text[],
+    OUT required tsquery,
+    OUT required_words text[])
 LANGUAGE plpgsql
 IMMUTABLE
 PARALLEL SAFE
@@ -52,6 +65,28 @@ BEGIN
                AND (m[1] ~ '[A-Za-z0-9]_[A-Za-z0-9]' OR (m[1] ~ '[0-9]' AND m[1] ~ '[A-Za-z]'))
              GROUP BY m[1]) w;
     strict_first := strict_first OR position('"' IN left(coalesce(query_text, ''), 20000)) > 0;
+    -- the quoted parts: each a requirement (its phrase, and its identifiers as written)
+    SELECT (array_agg(m.part ORDER BY m.n))[1:16]
+      INTO quoted
+      FROM (SELECT r.m[2] AS part, r.n
+              FROM regexp_matches(regexp_replace(left(coalesce(query_text, ''), 20000),
+                                                 '-[-[:space:]]*-', ' ', 'g'),
+                                  '(-?)"([^"]*)("|$)', 'g') WITH ORDINALITY AS r(m, n)
+             WHERE r.m[1] = '' AND btrim(r.m[2]) <> '') m;
+    IF quoted IS NOT NULL THEN
+        required := websearch_to_tsquery(
+            'english'::regconfig,
+            (SELECT string_agg('"' || p || '"', ' ') FROM unnest(quoted) AS p));
+        IF numnode(required) = 0 THEN
+            required := NULL;
+        END IF;
+        SELECT (array_agg(DISTINCT w.m[1]))[1:16]
+          INTO required_words
+          FROM unnest(quoted) AS p,
+               regexp_matches(p, '[A-Za-z0-9_]+', 'g') AS w(m)
+         WHERE length(w.m[1]) BETWEEN 2 AND 100
+           AND (w.m[1] ~ '[A-Za-z0-9]_[A-Za-z0-9]' OR (w.m[1] ~ '[0-9]' AND w.m[1] ~ '[A-Za-z]'));
+    END IF;
     IF strict_query IS NULL OR numnode(strict_query) = 0 THEN
         strict_query := NULL;
         RETURN;
@@ -82,4 +117,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.search_query(text) IS
-'Parses search text (never raises; a run of dashes reads as a space): websearch_to_tsquery strict query, OR-of-lexemes query, the positive lexemes (max 64), the negated ones as a query and an array, underscore identifiers as written, and whether strict matches go first.';
+'Parses search text (never raises; a run of dashes reads as a space): websearch_to_tsquery strict query, OR-of-lexemes query, the positive lexemes (max 64), the negated ones as a query and an array, underscore identifiers as written, whether strict matches go first, and the quoted parts with what they require (their phrases, their identifiers as whole words).';

@@ -1,7 +1,8 @@
 -- kb.squashed_lexeme_found(squashed text) -> boolean
 --
--- Is there a corpus lexeme with separators in it (kb.term_stats, df > 0; for a caller granted
--- only some collections, one its collections hold, kb.term_df) that, separators
+-- Is there a lexeme with separators in it, held by a chunk of the collections the caller reads
+-- (kb.collection_term_stats within kb.collection_scope(NULL): its grants, narrowed by the
+-- session's pgkb.collections; every collection when nothing narrows it) that, separators
 -- removed, spells `squashed` (letters and digits, lower case) as written or stemmed
 -- ('ipscderived' finds 'ipsc-deriv')? Lexemes without separators are left out, so a stem never
 -- stands for a name. Only lexemes starting with squashed's first character are scanned (one
@@ -17,22 +18,17 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     WITH s AS (SELECT left(squashed_lexeme_found.squashed, 200) AS word),
-    candidates AS (
-        SELECT t.lexeme FROM kb.term_stats t, s
-         WHERE coalesce(s.word, '') <> ''
-           AND t.df > 0
-           AND t.lexeme >= left(s.word, 1)
-           AND t.lexeme < chr(ascii(left(s.word, 1)) + 1)
-           AND t.lexeme ~ '[^[:alnum:]]'
-           AND regexp_replace(t.lexeme, '[^[:alnum:]]', '', 'g')
-               IN (s.word, coalesce((ts_lexize('english_stem', s.word))[1], s.word))
-    )
+    scope AS (SELECT kb.collection_scope(NULL) AS names)
     SELECT coalesce(s.word, '') <> ''
-           AND CASE WHEN kb.readable_collections() IS NULL
-                    THEN EXISTS (SELECT 1 FROM candidates)
-                    ELSE EXISTS (SELECT 1 FROM kb.term_df(ARRAY(SELECT c.lexeme FROM candidates c)) d
-                                  WHERE d.df > 0)
-               END
+           AND EXISTS (
+               SELECT 1 FROM kb.collection_term_stats t, scope
+                WHERE t.df > 0
+                  AND (scope.names IS NULL OR t.collection = ANY (scope.names))
+                  AND t.lexeme >= left(s.word, 1)
+                  AND t.lexeme < chr(ascii(left(s.word, 1)) + 1)
+                  AND t.lexeme ~ '[^[:alnum:]]'
+                  AND regexp_replace(t.lexeme, '[^[:alnum:]]', '', 'g')
+                      IN (s.word, coalesce((ts_lexize('english_stem', s.word))[1], s.word)))
       FROM s;
 $$;
 

@@ -8,7 +8,11 @@
 --   collections                         [{collection, documents, chunks}] by name
 --   categories                          [{category (null = none), documents, chunks,
 --                                         oldest_update, newest_update}] by documents desc
---   tables                              [{name, rows, total_bytes, table_bytes, index_bytes}]
+--   whole_database                      true when the caller reads every collection (the
+--                                       whole-database figures below are filled), else false
+--   tables                              [{name, rows, total_bytes, table_bytes, index_bytes}]:
+--                                       rows is the planner's estimate (pg_class.reltuples),
+--                                       counted exactly for a table never analyzed
 --   indexes                             [{name, table, bytes, valid}]
 --   total_bytes                         sum of the kb tables' total sizes (with indexes, TOAST)
 --   last_runs                           the last_runs newest rows of kb.ingest_runs, newest first
@@ -44,6 +48,7 @@ AS $$
                        WHERE r.source_id IN (SELECT docs.id FROM docs)
                          AND r.target_id IN (SELECT docs.id FROM docs)),
         'active_model', (SELECT pg_catalog.to_jsonb(a) FROM kb.active_model() a),
+        'whole_database', (SELECT whole.ok FROM whole),
         'models', coalesce((
             SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                        'id', m.id, 'name', m.name, 'dims', m.dims, 'provider', m.provider,
@@ -67,7 +72,9 @@ AS $$
                      GROUP BY docs.category) g), '[]'::jsonb),
         'tables', coalesce((
             SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-                       'name', c.relname, 'rows', greatest(c.reltuples, 0)::bigint,
+                       'name', c.relname,
+                       'rows', CASE WHEN c.reltuples >= 0 THEN c.reltuples::bigint
+                                    ELSE kb.table_rows(c.oid::regclass) END,
                        'total_bytes', pg_catalog.pg_total_relation_size(c.oid),
                        'table_bytes', pg_catalog.pg_table_size(c.oid),
                        'index_bytes', pg_catalog.pg_indexes_size(c.oid)) ORDER BY c.relname)

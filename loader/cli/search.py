@@ -118,6 +118,7 @@ def search(
             filters=filters,
             document_ids=list(doc_ids) or None,
         )
+        notes = quoted_notes(conn, text, mode, hits)
     if as_json:
         data: list[dict[str, Any]] = [hit.to_dict() for hit in hits]
         emit_json(data)
@@ -125,3 +126,32 @@ def search(
         echo("no results", err=True)
     else:
         echo(render_table(hits, mode))
+    for note in notes:
+        echo(f"note: {note}", err=True)
+
+
+def quoted_notes(conn: Any, text: str, mode: str, hits: list[SearchHit]) -> list[str]:
+    """Why quoted parts of ``text`` were not matched exactly: a part of stop words alone cannot
+    be (the index does not keep them); and when no chunk holds the quoted parts, say so (in
+    hybrid mode the results are then the vector search's alone, found by meaning)."""
+    from loader.db import queries
+
+    parts = conn.execute(queries.QUOTED_PARTS, (text,)).fetchall()
+    notes = [
+        f"{quote(part)} has only stop words or punctuation, which the full-text index does not "
+        "keep: it cannot be matched exactly and was left out of the search"
+        for part, indexed in parts
+        if not indexed
+    ]
+    exact = [quote(part) for part, indexed in parts if indexed]
+    if exact and mode != "vector" and not any(h.keyword_rank is not None for h in hits):
+        held = f"no chunk holds {' and '.join(exact)} as written (quoted text is matched exactly)"
+        if mode == "keyword":
+            notes.append(held + "; drop the quotes to find chunks with some of its words")
+        else:
+            notes.append(held + "; the results were found by meaning (vector search) alone")
+    return notes
+
+
+def quote(part: str) -> str:
+    return '"' + one_line(part) + '"'

@@ -36,7 +36,7 @@ from loader.ingest.worker import Extractor
 from loader.ingest.writer import (
     Prepared,
     Writer,
-    analyze,
+    finish_load,
     ingest_lock,
     json_default,
     prune_missing,
@@ -134,7 +134,7 @@ def ingest_documents(
                 )
             writer.flush()
         writer.finish_graph(settings)
-        analyze(conn, report)
+        finish_load(conn, report)
         refresh_profile(conn, embedder, report)
     report.seconds["total"] = time.perf_counter() - started
     return report
@@ -238,7 +238,7 @@ def ingest_paths(
                     names=names,
                     collection=collection,
                 )
-        analyze(conn, report)
+        finish_load(conn, report)
         refresh_profile(conn, embedder, report)
     report.seconds["total"] = time.perf_counter() - started
     return report

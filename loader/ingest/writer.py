@@ -365,11 +365,15 @@ def stored_shas(
     return {uri: sha for uri, sha in rows}
 
 
-def analyze(conn: psycopg.Connection[Any], report: IngestReport) -> None:
-    if report.chunks_written >= 1000:
-        with report.phase("analyze"):
-            conn.execute(queries.ANALYZE_KB)
-            conn.commit()
+def finish_load(conn: psycopg.Connection[Any], report: IngestReport) -> None:
+    """kb.finish_load after a run that wrote or removed something, so the first searches after
+    it are planned and run as the later ones (a run that changed nothing skips it)."""
+    if not (report.chunks_written or report.pruned):
+        return
+    with report.phase("analyze"):
+        # a prune's chunk count is unknown here: analyze everything
+        conn.execute(queries.FINISH_LOAD, (None if report.pruned else report.chunks_written,))
+        conn.commit()
 
 
 def _is_gone(uri: str) -> bool:

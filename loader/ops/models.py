@@ -309,6 +309,9 @@ def reembed(
                 _reembed_batches(conn, model, embedder, chunker, size, report, progress)
             report.index_rebuilt = bulk.rebuilt
             report.index_was_missing = bulk.was_missing
+            if report.embedded:  # kb.embeddings grew: its planner statistics follow
+                conn.execute(queries.FINISH_LOAD, (report.embedded,))
+                conn.commit()
         report.remaining = find_model(conn, model.name, model.dims).missing
     return report
 

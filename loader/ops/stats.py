@@ -25,33 +25,8 @@ def human_bytes(n: int | float | None) -> str:
     return f"{value:.1f} TB"  # pragma: no cover
 
 
-def _when(value: Any) -> str:
-    return str(value or "-")[:19].replace("T", " ")
-
-
-def render(data: dict[str, Any]) -> str:
-    lines: list[str] = []
-    active = data.get("active_model")
-    lines.append(
-        f"documents {data['documents']}, chunks {data['chunks']}, relations {data['relations']}; "
-        f"total size {human_bytes(data['total_bytes'])}"
-    )
-    lines.append(
-        "active model: "
-        + (f"{active['name']} ({active['dims']} dims, {active['provider']})" if active else "none")
-    )
-    lines.append("")
-    lines.append("embeddings per model:")
-    for m in data["models"]:
-        mark = " (active)" if m["is_active"] else ""
-        lines.append(
-            f"  {m['name']} ({m['dims']} dims){mark}: {m['embeddings']} embeddings, "
-            f"{m['missing']} chunks missing"
-        )
-    if not data["models"]:
-        lines.append("  (no model registered)")
-    lines.append("")
-    lines.append(f"{'collection':<24} {'docs':>7} {'chunks':>8}")
+def _collections_and_categories(data: dict[str, Any]) -> list[str]:
+    lines = [f"{'collection':<24} {'docs':>7} {'chunks':>8}"]
     for c in data.get("collections", []):
         lines.append(f"{c['collection']:<24} {c['documents']:>7} {c['chunks']:>8}")
     lines.append("")
@@ -64,6 +39,49 @@ def render(data: dict[str, Any]) -> str:
             f"{name:<24} {c['documents']:>7} {c['chunks']:>8}  {_when(c['oldest_update']):<19}  "
             f"{_when(c['newest_update'])}"
         )
+    return lines
+
+
+def _when(value: Any) -> str:
+    return str(value or "-")[:19].replace("T", " ")
+
+
+WHOLE_DATABASE_ONLY = (
+    "(sizes, embeddings per model and ingestion runs count every collection: shown to roles "
+    "that read every collection)"
+)
+
+
+def render(data: dict[str, Any]) -> str:
+    lines: list[str] = []
+    active = data.get("active_model")
+    whole = data.get("whole_database", True)
+    lines.append(
+        f"documents {data['documents']}, chunks {data['chunks']}, relations {data['relations']}"
+        + (f"; total size {human_bytes(data['total_bytes'])}" if whole else "")
+    )
+    lines.append(
+        "active model: "
+        + (f"{active['name']} ({active['dims']} dims, {active['provider']})" if active else "none")
+    )
+    if not whole:
+        lines.append("")
+        lines.extend(_collections_and_categories(data))
+        lines.append("")
+        lines.append(WHOLE_DATABASE_ONLY)
+        return "\n".join(lines)
+    lines.append("")
+    lines.append("embeddings per model:")
+    for m in data["models"]:
+        mark = " (active)" if m["is_active"] else ""
+        lines.append(
+            f"  {m['name']} ({m['dims']} dims){mark}: {m['embeddings']} embeddings, "
+            f"{m['missing']} chunks missing"
+        )
+    if not data["models"]:
+        lines.append("  (no model registered)")
+    lines.append("")
+    lines.extend(_collections_and_categories(data))
     lines.append("")
     lines.append(f"{'table':<24} {'rows':>9} {'table':>10} {'indexes':>10} {'total':>10}")
     for t in data["tables"]:

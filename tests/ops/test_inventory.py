@@ -210,3 +210,68 @@ def test_remove_source_like_is_a_dry_run_until_confirmed(
     assert done.exit_code == 0, done.output
     assert "removed 2 document(s)" in done.stderr
     assert _counts(conn)[0] == before[0] - 2
+
+
+def test_a_small_ingest_leaves_the_planner_statistics_and_the_index_current(
+    db_url: str, tmp_path: Path, fake_openai: FakeOpenAI, conn: psycopg.Connection[Any]
+) -> None:
+    """After an ingest of a few pages (far below autovacuum's thresholds) the kb tables are
+    analyzed (no -1 row estimate; `pgkb stats` shows the real counts) and the GIN index has no
+    pending list a search would have to read."""
+    _, env, _ = _ingested(db_url, tmp_path, fake_openai)
+    docs, chunks, _ = _counts(conn)
+    estimates = dict(
+        conn.execute(
+            "SELECT relname, reltuples FROM pg_class WHERE relnamespace = 'kb'::regnamespace "
+            "AND relname IN ('documents', 'chunks', 'embeddings', 'collection_term_stats', "
+            "'collection_stats', 'term_postings')"
+        ).fetchall()
+    )
+    assert estimates["chunks"] == chunks and estimates["documents"] == docs
+    assert min(estimates.values()) >= 0, estimates
+    pending = conn.execute("SELECT gin_clean_pending_list('kb.chunks_tsv_idx')").fetchone()
+    conn.rollback()
+    assert pending == (0,)
+    tables = {t["name"]: t for t in json.loads(run(["stats", "--json"], env).stdout)["tables"]}
+    assert (tables["chunks"]["rows"], tables["documents"]["rows"]) == (chunks, docs)
+    text = run(["stats"], env).stdout
+    assert f"documents {docs}, chunks {chunks}" in text
+
+
+def test_stats_counts_a_table_never_analyzed_exactly(
+    conn: psycopg.Connection[Any], cli_env: dict[str, str]
+) -> None:
+    conn.execute("INSERT INTO kb.settings (key, value) VALUES ('a', '1'), ('b', '2')")
+    conn.commit()
+    assert conn.execute(
+        "SELECT reltuples FROM pg_class WHERE oid = 'kb.settings'::regclass"
+    ).fetchone() == (-1,)
+    conn.rollback()
+    tables = {t["name"]: t for t in json.loads(run(["stats", "--json"], cli_env).stdout)["tables"]}
+    assert tables["settings"]["rows"] == 2
+
+
+def test_stats_as_a_reader_of_one_collection_says_what_it_does_not_show(
+    db_url: str, pg_url: str, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    import uuid
+
+    from loader.ops.roles import grant
+    from tests.serve_fixtures import _create_role, _drop_role, role_url
+
+    _, env, _ = _ingested(db_url, tmp_path, fake_openai)
+    role = f"stats_reader_{uuid.uuid4().hex[:6]}"
+    _create_role(pg_url, role)
+    try:
+        with psycopg.connect(db_url) as owner:
+            grant(owner, role, read=True, write=False, collections=["default"])
+        as_reader = {**env, "PGKB_DATABASE_URL": role_url(db_url, role)}
+        data = json.loads(run(["stats", "--json"], as_reader).stdout)
+        assert data["whole_database"] is False and data["models"] == []
+        text = run(["stats"], as_reader).stdout
+        assert "active model: fake-embed" in text
+        assert "no model registered" not in text
+        assert "shown to roles that read every collection" in text
+        assert f"chunks {data['chunks']}" in text and data["chunks"] > 0
+    finally:
+        _drop_role(pg_url, role)

@@ -228,9 +228,14 @@ def _observe(conn: psycopg.Connection[Any], calls: list[tuple[str, str, tuple[An
     return [_plain(conn.execute(query, params).fetchall()) for _, query, params in calls]  # type: ignore[call-overload]
 
 
-def _run_states(db: Db, url: str, session: str | None = None) -> dict[str, list[Any]]:
+def _run_states(
+    db: Db,
+    url: str,
+    session: str | None = None,
+    calls: list[tuple[str, str, tuple[Any, ...]]] | None = None,
+) -> dict[str, list[Any]]:
     seen = {}
-    calls = _calls(db)
+    calls = calls if calls is not None else _calls(db)
     for state in STATES:
         _set_state(db, state)
         with psycopg.connect(url, autocommit=True) as conn:
@@ -269,21 +274,20 @@ def test_a_reader_learns_nothing_of_a_word_in_another_collection(db: Db) -> None
     assert _differences(seen, calls) == []
     # the probes found something to compare: hr's chunks with the word, scored
     ranked = seen["holds"][0]
-    assert len(ranked) == 5 and ranked[0][2] > 0
+    assert len(ranked) == 2 and ranked[0][2] > 0
     assert seen["holds"][1][0][2] > 0  # k1 0: the score is the word's IDF
 
 
 def test_the_owner_narrowed_to_hr_sees_what_the_reader_sees(db: Db) -> None:
-    calls = _calls(db)
-    narrowed = _run_states(db, db.url, session="hr")
-    assert _differences(narrowed, calls) == []
-    reader = _run_states(db, db.reader_url)
     # the owner still gets the whole-database figures a reader never gets (stats' tables,
-    # models and run log; its own role's view of the catalogue), the rest is the reader's
+    # models and run log; the collections its role may read), the rest is the reader's
     whole_db = {"stats", "readable_collections", "collection_list"}
+    calls = [c for c in _calls(db) if c[0] not in whole_db]
+    narrowed = _run_states(db, db.url, session="hr", calls=calls)
+    assert _differences(narrowed, calls) == []
+    reader = _run_states(db, db.reader_url, calls=calls)
     for i, (name, query, _) in enumerate(calls):
-        if name not in whole_db:
-            assert narrowed["holds"][i] == reader["holds"][i], (name, query)
+        assert narrowed["holds"][i] == reader["holds"][i], (name, query)
 
 
 def test_the_owner_reading_everything_does_see_the_word_elsewhere(db: Db) -> None:

@@ -89,7 +89,9 @@ ADVISORY_UNLOCK = "SELECT pg_advisory_unlock(%s)"
 STORED_SHAS = "SELECT source_uri, content_sha FROM kb.documents WHERE collection = %s"
 ENSURE_COLLECTION = "INSERT INTO kb.collections (name) VALUES (%s) ON CONFLICT (name) DO NOTHING"
 """An ingest into a collection creates it when it is new."""
-ANALYZE_KB = "ANALYZE kb.documents, kb.chunks, kb.embeddings"
+FINISH_LOAD = "SELECT kb.finish_load(%s)"
+"""After a load: the GIN pending list merged, the tables analyzed (all of them when the load
+changed a tenth of the chunks or more, or NULL changed; the never-analyzed ones otherwise)."""
 
 # --- bulk loads: the model's HNSW index is dropped and built after (loader.ingest.bulk_index) --
 

@@ -70,6 +70,13 @@ SELECT k.chunk_id, k.document_id, k.title, k.source_uri, k.chunk_index, k.headin
 """Both modes read the chunks' category, metadata and token count through kb.chunk_details, so
 a kb_reader role (no table privilege) gets the same columns as hybrid mode."""
 
+QUOTED_PARTS = """
+SELECT p.part, numnode(websearch_to_tsquery('english', '"' || p.part || '"')) > 0 AS indexed
+  FROM unnest((kb.search_query(%s)).quoted) AS p(part)
+"""
+"""The quoted parts of a search text (what kb.keyword_search requires), and whether each has a
+lexeme the index keeps (a part of stop words or punctuation alone cannot be matched)."""
+
 # --- the abstention gate (loader.answer.abstention) ----------------------------------------------
 
 QUERY_TERMS = "SELECT lexeme, df, idf FROM kb.query_terms(%(query)s)"
