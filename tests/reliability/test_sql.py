@@ -292,7 +292,7 @@ def test_kb_reader_cannot_write_maintain_or_escalate(
         "SELECT kb.register_model('evil', 3, 'x')",
         "SELECT kb.activate_model('golden', 3)",
         "UPDATE kb.embedding_models SET is_active = false",
-        "DELETE FROM kb.term_stats",
+        "DELETE FROM kb.collection_term_stats",  # kb.term_stats is now a view summing it
         "TRUNCATE kb.chunks",
         "CREATE TABLE kb.planted (x int)",
         "CREATE FUNCTION kb.search_query(x int) RETURNS int LANGUAGE sql AS 'SELECT 1'",

@@ -209,6 +209,10 @@ def _read_only_function_calls(
             "SELECT * FROM kb.term_df(ARRAY['standbi', 'zanzibarit'])",
             lambda rows: sorted(rows) == [("standbi", 3), ("zanzibarit", 0)],
         ),
+        "table_rows": (
+            "SELECT kb.table_rows('kb.documents')",
+            lambda rows: rows == [(3,)],
+        ),
         # what pgkb db status compares with shared_buffers (the owner's call)
         "search_relations": (
             "SELECT * FROM kb.search_relations()",
