@@ -98,23 +98,41 @@ def calls(schema: str) -> dict[str, str]:
     }
 
 
-def time_run(urls: list[str], variants: list[str], texts: list[str], vecs: list[str]) -> None:
+def backend_cpu_ms(conn: psycopg.Connection[Any], pid: int, sql: str, params: dict[str, Any]) -> float:
+    """The backend's CPU time for one call (its schedstat run time, read before and after):
+    on a shared machine, what the call costs without the time it waited for a core."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        before = int(f.read().split()[0])
+    conn.execute(sql, params).fetchall()
+    with open(f"/proc/{pid}/schedstat") as f:
+        return (int(f.read().split()[0]) - before) / 1e6
+
+
+def time_run(specs: list[str], variants: list[str], texts: list[str], vecs: list[str]) -> None:
+    """specs: URL, or URL#schema,schema for variants of that database only."""
+    urls = [spec.split("#")[0] for spec in specs]
+    schemas = {u: (spec.split("#")[1].split(",") if "#" in spec else variants)
+               for u, spec in zip(urls, specs, strict=True)}  # fmt: skip
     conns = [psycopg.connect(u, autocommit=True) for u in urls]
-    names = [f"{Path(u.split('?')[0]).name}:{v}" for u in urls for v in variants]
+    pids = [int(c.execute("SELECT pg_backend_pid()").fetchone()[0]) for c in conns]  # type: ignore[index]
+    cpu: dict[tuple[str, str], list[float]] = {}
+    names = [f"{Path(u.split('?')[0]).name}:{v}" for u in urls for v in schemas[u]]
     times: dict[tuple[str, str], list[float]] = {}
     before = load()
     started = time.time()
-    for conn in conns:  # one unmeasured pass: caches and plans warm
+    for url, conn in zip(urls, conns, strict=True):  # one unmeasured pass: caches and plans warm
         for q, v in zip(texts, vecs, strict=True):
-            for schema in variants:
+            for schema in schemas[url]:
                 for sql in calls(schema).values():
                     conn.execute(sql, {"q": q, "v": v}).fetchall()
     for q, v in zip(texts, vecs, strict=True):
-        for url, conn in zip(urls, conns, strict=True):
-            for schema in variants:
+        for url, conn, pid in zip(urls, conns, pids, strict=True):
+            for schema in schemas[url]:
                 name = f"{Path(url.split('?')[0]).name}:{schema}"
                 for leg, sql in calls(schema).items():
-                    conn.execute(sql, {"q": q, "v": v}).fetchall()
+                    cpu.setdefault((name, leg), []).append(
+                        backend_cpu_ms(conn, pid, sql, {"q": q, "v": v})
+                    )
                     times.setdefault((name, leg), []).append(server_ms(conn, sql, {"q": q, "v": v}))
             vsql = "SELECT * FROM kb.vector_search(%(v)s::vector, 20)"
             times.setdefault((Path(url.split("?")[0]).name + ":kb", "vector"), []).append(
@@ -122,7 +140,7 @@ def time_run(urls: list[str], variants: list[str], texts: list[str], vecs: list[
             )
     common: dict[str, list[float]] = {}
     for url, conn in zip(urls, conns, strict=True):
-        for schema in variants:
+        for schema in schemas[url]:
             name = f"{Path(url.split('?')[0]).name}:{schema}"
             sql = calls(schema)["keyword"]
             common[name] = [
@@ -130,12 +148,14 @@ def time_run(urls: list[str], variants: list[str], texts: list[str], vecs: list[
             ]
     after = load()
     print(f"{len(texts)} queries, load {before} -> {after}, {time.time() - started:.0f} s")
-    print("| database:variant | call | p50 ms | p95 ms | p99 ms | mean ms |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| database:variant | call | p50 ms | p95 ms | p99 ms | mean ms | CPU p50 / p95 ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for (name, leg), t in sorted(times.items()):
+        c = cpu.get((name, leg))
+        cpu_text = f"{percentile(c, 0.5):.2f} / {percentile(c, 0.95):.2f}" if c else "-"
         print(
             f"| {name} | {leg} | {percentile(t, 0.5):.2f} | {percentile(t, 0.95):.2f} | "
-            f"{percentile(t, 0.99):.2f} | {statistics.fmean(t):.2f} |"
+            f"{percentile(t, 0.99):.2f} | {statistics.fmean(t):.2f} | {cpu_text} |"
         )
     print("\ncommon words, keyword leg, best of three (ms), against the queries' keyword p50:")
     for name in names:
@@ -256,7 +276,7 @@ def main() -> None:
             install(url, args.revisions.split(","))
         return
     texts = questions(args.queries)
-    vecs = vectors(args.urls[0], texts, args.cache)
+    vecs = vectors(args.urls[0].split("#")[0], texts, args.cache)
     if args.what == "time":
         time_run(args.urls, args.variants.split(","), texts, vecs)
     else:

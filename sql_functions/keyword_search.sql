@@ -186,7 +186,6 @@ BEGIN
     -- each list read to four equal shares of the budget at most (in full when <= 4 lists)
     per_list := greatest(least(budget, 4 * budget / greatest(cardinality(listed), 1)), match_count);
 
-
     -- the common case, as one statement planned once per session (plan_cache_mode is
     -- force_generic_plan for this function): BM25 with heading_weight 1, no filter but the
     -- collections, no document_ids, at most 16 lexemes; the whole chunks and the chosen ones
