@@ -62,6 +62,10 @@ def _eng_texts(state: str) -> list[str]:
     return []
 
 
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 class Kb:
     def __init__(self, settings: Settings, reader_url: str, embedder: Any) -> None:
         self.settings = settings
@@ -78,12 +82,12 @@ class Kb:
                 conn.execute(
                     "INSERT INTO kb.documents (id, source_uri, title, content_sha, collection) "
                     "VALUES (%s, %s, %s, %s, 'eng')",
-                    (doc, f"eng/{i}.md", f"Engineering {i}", hashlib.sha256(text.encode()).hexdigest()),
+                    (doc, f"eng/{i}.md", f"Engineering {i}", _sha(text)),
                 )  # fmt: skip
                 row = conn.execute(
                     "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, "
                     "content_sha, token_count) VALUES (%s, 0, %s, %s, %s, 20) RETURNING id",
-                    (doc, f"Engineering {i}", text, hashlib.sha256(text.encode()).hexdigest()),
+                    (doc, f"Engineering {i}", text, _sha(text)),
                 ).fetchone()
                 assert row is not None
                 conn.execute(

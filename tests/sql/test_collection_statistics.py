@@ -67,8 +67,14 @@ def _eng_state(state: str) -> list[tuple[str, str]]:
     if state == "lacks":  # same words, lengths and count; only the probed word differs
         return [(h, t.replace("acquisition", "xylographer")) for h, t in ENG_TEXTS]
     if state == "bigger":
-        return [(f"Part {i}", f"Acquisition step {i}: the acquisition of shares, part {i} "
-                 f"of {'many ' * (i % 7)}reports on policy and index {i}.") for i in range(40)]
+        return [
+            (
+                f"Part {i}",
+                f"Acquisition step {i}: the acquisition of shares, part {i} "
+                f"of {'many ' * (i % 7)}reports on policy and index {i}.",
+            )
+            for i in range(40)
+        ]
     return []
 
 
@@ -190,7 +196,8 @@ def _calls(db: Db) -> list[tuple[str, str, tuple[Any, ...]]]:
         ("explore_graph", "SELECT document_id, distance FROM kb.explore_graph(query_text => %s)",
          (w,)),
         ("explore_graph", "SELECT document_id FROM kb.explore_graph(max_results => 500)", ()),
-        ("document_list", "SELECT document_id, chunk_count, edges_out FROM kb.document_list() ORDER BY 1", ()),
+        ("document_list",
+         "SELECT document_id, chunk_count, edges_out FROM kb.document_list() ORDER BY 1", ()),
         ("find_documents", "SELECT * FROM kb.find_documents(%s)", ("readme.md",)),
         ("show_document", "SELECT * FROM kb.show_document(%s::uuid)", (docs[0],)),
         ("read_document", "SELECT * FROM kb.read_document(%s::uuid)", (docs[1],)),
@@ -224,7 +231,9 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (int, str, bool, type(None))) else str(value)
 
 
-def _observe(conn: psycopg.Connection[Any], calls: list[tuple[str, str, tuple[Any, ...]]]) -> list[Any]:
+def _observe(
+    conn: psycopg.Connection[Any], calls: list[tuple[str, str, tuple[Any, ...]]]
+) -> list[Any]:
     return [_plain(conn.execute(query, params).fetchall()) for _, query, params in calls]  # type: ignore[call-overload]
 
 
@@ -245,13 +254,17 @@ def _run_states(
     return seen
 
 
-def _differences(seen: dict[str, list[Any]], calls: list[tuple[str, str, tuple[Any, ...]]]) -> list[str]:
+def _differences(
+    seen: dict[str, list[Any]], calls: list[tuple[str, str, tuple[Any, ...]]]
+) -> list[str]:
     found = []
     for i, (name, query, params) in enumerate(calls):
         values = {json.dumps(seen[s][i], sort_keys=True) for s in STATES}
         if len(values) > 1:
-            found.append(f"{name}: {query} {params!r}: " + " | ".join(
-                f"{s}={json.dumps(seen[s][i])[:300]}" for s in STATES))
+            found.append(
+                f"{name}: {query} {params!r}: "
+                + " | ".join(f"{s}={json.dumps(seen[s][i])[:300]}" for s in STATES)
+            )
     return found
 
 
