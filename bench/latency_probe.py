@@ -98,7 +98,9 @@ def calls(schema: str) -> dict[str, str]:
     }
 
 
-def backend_cpu_ms(conn: psycopg.Connection[Any], pid: int, sql: str, params: dict[str, Any]) -> float:
+def backend_cpu_ms(
+    conn: psycopg.Connection[Any], pid: int, sql: str, params: dict[str, Any]
+) -> float:
     """The backend's CPU time for one call (its schedstat run time, read before and after):
     on a shared machine, what the call costs without the time it waited for a core."""
     with open(f"/proc/{pid}/schedstat") as f:
@@ -143,9 +145,7 @@ def time_run(specs: list[str], variants: list[str], texts: list[str], vecs: list
         for schema in schemas[url]:
             name = f"{Path(url.split('?')[0]).name}:{schema}"
             sql = calls(schema)["keyword"]
-            common[name] = [
-                min(server_ms(conn, sql, {"q": w}) for _ in range(3)) for w in COMMON
-            ]
+            common[name] = [min(server_ms(conn, sql, {"q": w}) for _ in range(3)) for w in COMMON]
     after = load()
     print(f"{len(texts)} queries, load {before} -> {after}, {time.time() - started:.0f} s")
     print("| database:variant | call | p50 ms | p95 ms | p99 ms | mean ms | CPU p50 / p95 ms |")
