@@ -124,23 +124,7 @@ def test_the_single_shot_answer_within_hr(
     assert answer["removed_citations"] == ["Engineering readme"], answer
 
 
-SCOPE_NOT_COUNTED = pytest.mark.xfail(
-    strict=True,
-    reason="known bug, fixed with the collection boundary's side channels: the abstention "
-    "gate's word counts (kb.query_terms, kb.term_df, kb.near_lexemes, "
-    "kb.squashed_lexeme_found) narrow by the role's grants, not by --collection or "
-    "PGKB_COLLECTIONS, so a word only eng holds counts as known within hr",
-)
-
-
-@pytest.mark.parametrize(
-    "scope",
-    [
-        pytest.param("--collection hr", marks=SCOPE_NOT_COUNTED),
-        pytest.param("PGKB_COLLECTIONS=hr", marks=SCOPE_NOT_COUNTED),
-        "a role granted hr",
-    ],
-)
+@pytest.mark.parametrize("scope", ["--collection hr", "PGKB_COLLECTIONS=hr", "a role granted hr"])
 def test_a_name_only_another_collection_holds_is_unknown_within_hr(
     coll_kb: CollKb, fake_openai: FakeOpenAI, tmp_path: Path, scope: str
 ) -> None:
