@@ -17,7 +17,7 @@ statement a function runs is a step; per step the median and p95 of its duration
 buffers over the queries.
 
 ``install``: each revision's keyword_search, hybrid_search, query_terms and term_df (as the
-migration of that revision left them) created in schema kbx_<revision>, calling each other
+function store holds them at that revision) created in schema kbx_<revision>, calling each other
 there and reading kb's tables, so an earlier version runs on today's data.
 
 Queries: the evaluation questions (bundled, bundled held-out, the whole manual's four halves),
@@ -28,7 +28,6 @@ distinct, in that order; vectors from the active model of the first URL's databa
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import statistics
@@ -224,40 +223,31 @@ def steps_run(url: str, variant: str, texts: list[str], vecs: list[str]) -> None
     conn.close()
 
 
-def migration_functions(revision: str) -> dict[str, str]:
-    path = next((ROOT / "alembic" / "versions").glob(f"{revision}_*.py"))
-    spec = importlib.util.spec_from_file_location(f"rev{revision}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return dict(getattr(module, "FUNCTIONS", {}))
+def stored_function(name: str, revision: str) -> str | None:
+    """kb.<name> as the chain left it at ``revision``: its newest file of the function store
+    (alembic/functions/<name>/<rev>.sql) written at or before it; None when it had none then
+    or the newest one is a drop."""
+    folder = ROOT / "alembic" / "functions" / name
+    files = sorted(p for p in folder.glob("*.*") if p.stem <= revision) if folder.is_dir() else []
+    if not files or files[-1].suffix != ".sql":
+        return None
+    return files[-1].read_text(encoding="utf-8")
 
 
 def install(url: str, revisions: list[str]) -> None:
     """kbx_<rev>: each of FUNCTIONS as the chain left it at <rev>."""
-    chain = sorted(p.name[:4] for p in (ROOT / "alembic" / "versions").glob("0*.py"))
     with psycopg.connect(url, autocommit=True) as conn:
         for revision in revisions:
             schema = f"kbx_{revision}"
-            texts: dict[str, str] = {}
-            for rev in chain:
-                if rev > revision:
-                    break
-                for name, text in migration_functions(rev).items():
-                    if name in FUNCTIONS and text:
-                        texts[name] = text
+            texts = {n: t for n in FUNCTIONS if (t := stored_function(n, revision)) is not None}
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
             conn.execute(f"CREATE SCHEMA {schema}")
             conn.execute("SET check_function_bodies = off")
-            for name in FUNCTIONS:
-                if name not in texts:
-                    continue
-                text = texts[name]
+            for text in texts.values():
                 for other in FUNCTIONS:
                     text = text.replace(f"kb.{other}(", f"{schema}.{other}(")
                 # only the CREATE and its COMMENT: no grants
-                body = text.split("\nREVOKE ")[0]
-                conn.execute(body)
+                conn.execute(text.split("\nREVOKE ")[0])
             print(schema, sorted(texts))
 
 
