@@ -112,7 +112,7 @@ SELECT coalesce(sum(s.chunk_count), 0)::bigint AS chunk_count,
 COMMENT ON VIEW kb.corpus_stats IS 'One row: number of chunks of the whole database and the sum of their lengths in distinct lexemes: kb.collection_stats summed.';
 GRANT SELECT ON kb.term_stats, kb.corpus_stats TO kb_writer;
 ANALYZE kb.collection_stats, kb.collection_term_stats;
-"""
+"""  # noqa: E501 (SQL: comments on tables and columns are one line each)
 
 TRIGGERS_UP = """
 CREATE TRIGGER chunks_set_collection BEFORE INSERT ON kb.chunks
@@ -145,7 +145,7 @@ ALTER TABLE kb.chunks ADD CONSTRAINT chunks_document_id_fkey
 ALTER TABLE kb.chunks DROP CONSTRAINT chunks_document_collection_fkey;
 ALTER TABLE kb.documents DROP CONSTRAINT documents_id_collection_key;
 ALTER TABLE kb.chunks DROP COLUMN collection;
-"""
+"""  # noqa: E501 (SQL: comments on tables and columns are one line each)
 
 
 def upgrade() -> None:
