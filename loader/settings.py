@@ -140,7 +140,7 @@ class Settings:
     hnsw_bulk_threshold: int = 500
     """A load writing at least this many embeddings of a model, and more than its index holds,
     drops the model's HNSW index and builds it after the load (several times faster than
-    inserting row by row; measured by bench/hnsw_bulk.py); 0: always row by row."""
+    inserting row by row; see the bulk index builds measurements); 0: always row by row."""
 
     # --- retrieval ----------------------------------------------------------------------------
     vector_candidates: int = 20

@@ -1,7 +1,7 @@
 """Bulk loads build the model's HNSW index once, after loading, rather than row by row.
 
 Inserting a vector into an HNSW graph costs several times what building the graph from all the
-vectors at once costs per vector (``bench/hnsw_bulk.py``; docs/measurements/hnsw-bulk.md). So a load
+vectors at once costs per vector (docs/measurements/hnsw-bulk.md). So a load
 that writes at least ``hnsw_bulk_threshold`` embeddings of a model, and more than the model's
 index already holds, drops the index first (``kb.drop_model_index``), writes, and builds it again
 (``kb.build_model_index``, with the dropped index's own ``m`` and ``ef_construction``).

@@ -5,7 +5,7 @@ normalisation) is exported once with ``torch.onnx`` into one graph whose output 
 embedding, kept in a cache folder keyed by the model folder's files (a changed model is exported
 again); later runs load the export with ONNX Runtime and the model's own tokenizer, without
 loading torch weights. The vectors are the torch model's (cosine >= 0.999,
-``tests/unit/test_local_models.py`` and ``bench/models_bench.py``), so the backend is not part of a
+``tests/unit/test_local_models.py``; docs/measurements/models.md), so the backend is not part of a
 model's identity. Needs the ``onnx`` package for the export (``pip install 'pgkb[onnx]'``);
 ``onnxruntime`` to run it.
 """

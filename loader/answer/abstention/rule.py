@@ -146,8 +146,8 @@ class AbstentionRule:
 # of the question's IDF mass in words the corpus never uses, and a best match below this
 # corpus's usual scale) was fitted on the staff handbook's tuning half with the corpus-relative
 # signals only. A rule fitted at once on the tuning halves of three vocabularies (handbook,
-# manual in two hands, SciFact; each half's false flags at most 5%; `bench/abstention_lab.py
-# search`) was measured and not adopted: on the held-out halves it caught fewer unanswerable
+# manual in two hands, SciFact; each half's false flags at most 5%; docs/measurements/abstention.md)
+# was measured and not adopted: on the held-out halves it caught fewer unanswerable
 # questions than this one on the handbook and the manual, flagged more of the handbook's and the
 # help centre's answerable ones, and flagged fewer only of SciFact's claims
 # (docs/explanation/abstention.md has both on every half, and the trade-off curve).
