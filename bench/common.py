@@ -121,18 +121,20 @@ def commit() -> str:
 
 
 def pg_settings(url: str) -> dict[str, str]:
+    """The server's version, the settings that decide its speed, and its extensions."""
     with psycopg.connect(url) as conn:
         rows = conn.execute(
-            "SELECT name, setting || coalesce(unit, '') FROM pg_settings WHERE name = ANY(%s)",
-            (list(PG_SETTINGS),),
+            "SELECT name, setting, unit FROM pg_settings WHERE name = ANY(%s)", (list(PG_SETTINGS),)
         ).fetchall()
         rows += conn.execute(
-            "SELECT extname, extversion FROM pg_extension WHERE extname <> 'plpgsql'"
+            "SELECT extname, extversion, NULL FROM pg_extension WHERE extname <> 'plpgsql'"
         ).fetchall()
-    out = {str(name): str(value) for name, value in rows}
-    for name in ("shared_buffers", "effective_cache_size"):  # in 8kB pages: say it in MB
-        if out.get(name, "").endswith("8kB"):
-            out[name] = f"{int(out[name][:-3]) * 8 // 1024}MB"
+    out = {}
+    for name, value, unit in rows:
+        if unit in ("8kB", "kB") and value.isdigit():  # memory, in MB when it is whole
+            kb = int(value) * (8 if unit == "8kB" else 1)
+            value, unit = (str(kb // 1024), "MB") if kb % 1024 == 0 else (str(kb), "kB")
+        out[str(name)] = f"{value}{unit or ''}" or "-"
     return out
 
 
@@ -295,8 +297,7 @@ def questions(url: str, n: int, files: Sequence[Path] = ()) -> list[str]:
         headings = [r[0] for r in rows if r[0].strip()]
         random.Random(42).shuffle(headings)
         texts += headings
-    seen: set[str] = set()
-    return [t for t in texts if not (t in seen or seen.add(t))][:n]
+    return list(dict.fromkeys(texts))[:n]
 
 
 def settings(**overrides: Any) -> Any:

@@ -95,7 +95,7 @@ def targets(args: Any) -> list[tuple[str, str, dict[str, Any]]]:
     source = args.source or ingest_source(admin, args.corpus)
     sizes = str(getattr(args, "sizes", "source")).split(",")
     material = read_material(source) if sizes != ["source"] else None
-    out = []
+    out: list[tuple[str, str, dict[str, Any]]] = []
     for size in sizes:
         if size == "source":
             out.append(("source", source, {}))

@@ -148,8 +148,9 @@ def run(args: Any) -> dict[str, Any]:
         },
     }
     f = figures
+    shown = args.corpus or "the bundled sample corpus"
     run.table(
-        f"Ingesting {source} ({f['files']} files), {model}",
+        f"Ingesting {shown} ({f['files']} files), {model}",
         [
             "chunks",
             "first s",

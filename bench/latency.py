@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,9 @@ class Call:
     def __init__(self, name: str, statement: str, settings: dict[str, str] | None = None) -> None:
         self.name, self.sql, self.settings = name, statement, settings or {}
         self.reads_text = "%(q)s" in statement
+
+    def timer(self, conn: psycopg.Connection[Any]) -> Callable[[tuple[str, Any]], float]:
+        return lambda item: self.run(conn, *item)
 
     def run(self, conn: psycopg.Connection[Any], q: str, v: Any, timed: bool = True) -> float:
         for key, value in self.settings.items():
@@ -169,9 +173,7 @@ def measure(url: str, measured: list[Call], args: Any) -> dict[str, Any]:
         for call in measured:
             for q, v in queries[:WARM]:
                 call.run(conn, q, v, timed=False)
-        times = common.interleaved(
-            queries, {c.name: (lambda item, c=c: c.run(conn, *item)) for c in measured}
-        )
+        times = common.interleaved(queries, {c.name: c.timer(conn) for c in measured})
         out["calls"] = {name: common.summary(values) for name, values in times.items()}
         out["common_words"] = {}
         for call in (c for c in measured if c.reads_text):
