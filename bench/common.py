@@ -219,7 +219,13 @@ def bench_server(url: str | None) -> str:
         return url
     from loader.db.embedded import ensure_server
 
-    return ensure_server(results() / "server", "postgres")
+    pgdata = (results() / "server").resolve()
+    running = f"postgresql://postgres:@/postgres?host={pgdata}"
+    try:  # a server that answers is used as it is (it listens on a socket in its folder)
+        psycopg.connect(running, connect_timeout=5).close()
+        return running
+    except psycopg.OperationalError:
+        return ensure_server(pgdata, "postgres")
 
 
 def database_exists(admin: str, name: str) -> bool:

@@ -24,6 +24,7 @@ The size ``source`` is the material's knowledge base itself, as pgkb ingested it
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import random
 import threading
@@ -61,8 +62,8 @@ class Material:
 
     @property
     def key(self) -> str:
-        texts = common.digest(self.texts)
-        return common.digest(BUILDER, self.model, self.dims, texts, self.vectors.tobytes().hex())
+        vectors = hashlib.sha256(self.vectors.tobytes()).hexdigest()
+        return common.digest(BUILDER, self.model, self.dims, common.digest(self.texts), vectors)
 
 
 def add_options(parser: Any, sizes: str | None) -> None:
@@ -91,19 +92,20 @@ def targets(args: Any) -> list[tuple[str, str, dict[str, Any]]]:
             "say what to measure: --corpus DIR (a folder of documents, e.g. the PostgreSQL "
             "manual's HTML), --source URL (a knowledge base with vectors) or --database-url URL"
         )
+    sizes = str(getattr(args, "sizes", "source")).split(",")
+    for size in sizes:
+        if size != "source" and not (size.isdigit() and int(size) > 0):
+            raise SystemExit(f"--sizes: {size!r} is not a number of chunks or 'source'")
     admin = common.bench_server(args.server)
     source = args.source or ingest_source(admin, args.corpus)
-    sizes = str(getattr(args, "sizes", "source")).split(",")
     material = read_material(source) if sizes != ["source"] else None
     out: list[tuple[str, str, dict[str, Any]]] = []
     for size in sizes:
         if size == "source":
             out.append(("source", source, {}))
-            continue
-        if not size.isdigit() or int(size) < 1:
-            raise SystemExit(f"--sizes: {size!r} is not a number of chunks or 'source'")
-        assert material is not None
-        out.append((size, *corpus(admin, int(size), material, args)))
+        else:
+            assert material is not None
+            out.append((size, *corpus(admin, int(size), material, args)))
     return out
 
 
