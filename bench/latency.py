@@ -11,8 +11,11 @@ any variant: ``--call NAME=SQL`` (``%(q)s`` the query text, ``%(v)s`` its vector
 (``--calls``) that can also set parameters around each call and run setup SQL once per corpus,
 e.g. an older text of a function in a schema of its own, beside today's:
 
-    setup = "variants/keyword_0017.sql"     # run once per corpus database (path or SQL)
     defaults = true                         # keep the three default calls
+    setup = "more.sql"                      # SQL run once per corpus database (a file or text)
+    [[function]]                            # a function file, created as kb_0017.keyword_search
+    file = "old/keyword_search.sql"         # (kb.<name>( of the listed files renamed alike)
+    schema = "kb_0017"
     [[call]]
     name = "keyword 0017"
     sql = "SELECT * FROM kb_0017.keyword_search(%(q)s, 20)"
@@ -25,6 +28,7 @@ e.g. an older text of a function in a schema of its own, beside today's:
 from __future__ import annotations
 
 import argparse
+import re
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -99,11 +103,35 @@ def calls(args: Any) -> tuple[list[Call], str | None]:
     setup = spec.get("setup")
     if setup and args.calls and (args.calls.parent / setup).is_file():
         setup = (args.calls.parent / setup).read_text()
+    if spec.get("function"):
+        setup = (setup or "") + "\n" + variant_functions(args.calls.parent, spec["function"])
     if args.setup:
         setup = (setup or "") + "\n" + args.setup.read_text()
     if len({c.name for c in out}) != len(out) or not out:
         raise SystemExit("give each call its own name, and at least one call")
     return out, setup
+
+
+def variant_functions(folder: Path, items: list[dict[str, str]]) -> str:
+    """SQL creating the function files of ``[[function]]`` entries (``file``, ``schema``) in
+    their schema: ``kb.<name>(`` of every function listed becomes ``<schema>.<name>(`` in every
+    text, so a variant calls its listed siblings and today's other functions."""
+    texts: list[str] = []
+    names: dict[str, str] = {}
+    for item in items:
+        path = folder / item.get("file", "")
+        text = path.read_text() if path.is_file() else ""
+        found = re.search(r"FUNCTION kb\.(\w+)\(", text)
+        if found is None or not re.fullmatch(r"[a-z_][a-z0-9_]*", item.get("schema", "")):
+            raise SystemExit(f"[[function]] {item}: a function file of sql_functions/ and a schema")
+        texts.append(text)
+        names[found[1]] = item["schema"]
+    out = [f"CREATE SCHEMA IF NOT EXISTS {schema};" for schema in sorted(set(names.values()))]
+    for text in texts:
+        for name, schema in names.items():
+            text = text.replace(f"kb.{name}(", f"{schema}.{name}(")
+        out.append(text)
+    return "\n".join(out)
 
 
 def run(args: Any) -> dict[str, Any]:

@@ -13,6 +13,8 @@ import pytest
 
 from bench.__main__ import main
 
+ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = pytest.mark.usefixtures("bench_env")
 
 
@@ -96,6 +98,9 @@ def test_latency(pg_url: str, source: str, corpus_1000: Any, tmp_path: Path, cap
 def test_latency_runs_setup_and_variants(
     pg_url: str, source: str, corpus_1000: Any, tmp_path: Path, capfd: Any
 ) -> None:
+    """A TOML file of calls: setup SQL, function files created in a schema of their own (the
+    listed functions calling each other there), settings around a call; the defaults left out."""
+    functions = ROOT / "sql_functions"
     calls = tmp_path / "calls.toml"
     (tmp_path / "setup.sql").write_text(
         "CREATE SCHEMA IF NOT EXISTS kb_old; CREATE OR REPLACE FUNCTION kb_old.leg(q text) "
@@ -104,7 +109,10 @@ def test_latency_runs_setup_and_variants(
     )
     calls.write_text(
         'setup = "setup.sql"\ndefaults = false\n'
+        f'[[function]]\nfile = "{functions / "keyword_search.sql"}"\nschema = "kb_copy"\n'
+        f'[[function]]\nfile = "{functions / "hybrid_search.sql"}"\nschema = "kb_copy"\n'
         '[[call]]\nname = "old"\nsql = "SELECT * FROM kb_old.leg(%(q)s)"\n'
+        '[[call]]\nname = "copy"\nsql = "SELECT * FROM kb_copy.hybrid_search(%(q)s, %(v)s)"\n'
         '[[call]]\nname = "new, other work_mem"\n'
         'sql = "SELECT * FROM kb.keyword_search(%(q)s, 20)"\nsettings = { work_mem = "8MB" }\n'
     )
@@ -115,9 +123,16 @@ def test_latency_runs_setup_and_variants(
     )
     check_record(record, path, "latency", capfd)
     result = record["figures"]["corpora"]["1000"]
-    assert set(result["calls"]) == {"old", "new, other work_mem"}
+    assert set(result["calls"]) == {"old", "copy", "new, other work_mem"}
     for f in result["calls"].values():
         timings(f, 6)
+    with psycopg.connect(corpus_1000["url"]) as conn:  # the copies are the functions renamed
+        same = conn.execute(
+            "SELECT (SELECT array_agg(chunk_id) FROM kb_copy.keyword_search('vacuum', 20)) = "
+            "(SELECT array_agg(chunk_id) FROM kb.keyword_search('vacuum', 20)), "
+            "(SELECT count(*) FROM pg_proc WHERE pronamespace = 'kb_copy'::regnamespace)"
+        ).fetchone()
+    assert same == (True, 2)
 
 
 def test_scale(pg_url: str, source: str, corpus_1000: Any, tmp_path: Path, capfd: Any) -> None:
