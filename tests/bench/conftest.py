@@ -21,6 +21,15 @@ MODEL, DIMS = "bench-fake-embedder", 32
 PAGES = 12  # of the bundled sample: about 500 chunks with the fake model's token estimate
 
 
+@pytest.fixture(scope="package", autouse=True)
+def mcp_stdio_imported_outside_capfd() -> None:
+    """The MCP SDK's stdio client binds ``sys.stderr`` as its ``errlog`` default when it is
+    first imported. The serve and commands smoke runs import it lazily, under ``capfd``, whose
+    stream is closed after the test: every later MCP test of the session (tests/serve) then
+    failed to start its server ("I/O operation on closed file"). Imported here first."""
+    import mcp.client.stdio  # noqa: F401
+
+
 @pytest.fixture(scope="package")
 def embeddings() -> Iterator[FakeOpenAI]:
     server = FakeOpenAI(dims=DIMS).start()
