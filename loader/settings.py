@@ -61,6 +61,10 @@ class Settings:
     models add/activate, db upgrade) always go to ``database_url``. Unset: reads go there too."""
     data_dir: Path = dataclasses.field(default_factory=_user_data_dir)
     """Where the embedded server keeps its data (``pgdata/``)."""
+    cache_dir: Path | None = None
+    """Where pgkb keeps what it can make again: the default embedding model, fetched once when
+    its package is not installed (``models/``, 92 MB), and the ONNX graphs of local models
+    (``onnx/``). Unset: the user's cache folder (``~/.cache/pgkb`` on Linux)."""
 
     # --- embedding model ----------------------------------------------------------------------
     embedding_provider: Literal["local", "openai"] = "local"
@@ -85,9 +89,11 @@ class Settings:
     embedding_document_prompt: str | None = None
     """Put before every passage (e.g. ``"passage: "``); unset: the local model's ``document``
     (or ``passage``) prompt, else none. Part of the model's identity."""
-    embedding_backend: Literal["torch", "onnx"] = "torch"
-    """How a local model runs: ``torch`` or ``onnx`` (ONNX Runtime on an export of the model,
-    made once; the same vectors)."""
+    embedding_backend: Literal["onnx", "torch"] = "onnx"
+    """How a local model runs: ``onnx``, ONNX Runtime on the model's graph (shipped in its
+    folder, else made once in ``cache_dir``; no torch), or ``torch``, sentence-transformers
+    (``pip install 'pgkb[torch]'``; for models the ONNX backend does not run). The same
+    vectors either way."""
     embedding_request_dimensions: bool = False
     """Send ``embedding_dims`` as the API request's ``dimensions`` (OpenAI text-embedding-3 and
     servers that shorten vectors of Matryoshka models)."""
@@ -232,12 +238,29 @@ class Settings:
     serve_token: str | None = None
     """Bearer token ``pgkb serve`` requires on every request but ``/healthz``; unset: none (keep
     the server on 127.0.0.1 then). Visible ASCII characters only (no spaces), as HTTP carries
-    it: a token that could never be sent is refused at startup."""
+    it: a token that could never be sent is refused at startup. Also sent by ``pgkb search`` and
+    ``pgkb ask`` to ``serve_url``."""
     serve_allowed_hosts: str | None = None
     """Names ``pgkb serve`` answers to besides localhost and the address it is bound to
     (comma-separated, e.g. ``kb.internal,kb.example.com``): the ``Host`` header of every request
     must name one (421 otherwise), so a web page that rebinds its own name to this machine's
     address reaches nothing. ``*`` turns the check off."""
+    serve_url: str | None = None
+    """A running ``pgkb serve`` (e.g. ``http://127.0.0.1:8000``) that ``pgkb search`` and
+    ``pgkb ask`` ask to embed their query (its ``/v1/embeddings``), instead of loading the model
+    themselves; when it does not answer within ``serve_timeout`` or refuses (another model, a
+    wrong token), they embed locally. The results are the same either way."""
+    serve_timeout: float = 2.0
+    """Seconds ``pgkb search`` and ``pgkb ask`` wait for ``serve_url`` before embedding locally."""
+
+    @property
+    def cache_path(self) -> Path:
+        """``cache_dir``, or the user's cache folder when unset."""
+        if self.cache_dir is not None:
+            return self.cache_dir
+        import platformdirs
+
+        return platformdirs.user_cache_path("pgkb")
 
     @property
     def agent_model(self) -> str | None:
@@ -309,6 +332,13 @@ class Settings:
 
     def validate(self) -> Settings:
         problems = self._number_problems()
+        if self.serve_timeout <= 0:
+            problems.append(f"serve_timeout must be positive, got {self.serve_timeout}")
+        if self.serve_url is not None and not self.serve_url.startswith(("http://", "https://")):
+            problems.append(
+                f"serve_url must be an http:// or https:// URL of a pgkb serve, got "
+                f"{self.serve_url!r}"
+            )
         if self.embedding_dims < 1:
             problems.append(f"embedding_dims must be positive, got {self.embedding_dims}")
         if self.chunk_tokens is not None and self.chunk_tokens < 16:

@@ -41,6 +41,19 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(lambda: shutil.rmtree(base, ignore_errors=True))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The user cache folder (``cache_dir`` unset: ONNX graphs, a fetched model) in a temporary
+    folder for the session, for this process and the commands it starts."""
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
 def _docker_answers() -> bool:
     if shutil.which("docker") is None:
         return False

