@@ -84,6 +84,11 @@ def _postmaster_info(pgdata: Path) -> Any:
     return PostmasterInfo.read_from_pgdata(pgdata)
 
 
+MAX_START_DELAY = 600
+"""Seconds a loaded machine may take between creating the postmaster and its writing its
+start time into ``postmaster.pid``."""
+
+
 def _is_our_postmaster(info: Any) -> bool:
     """True when the process named by ``postmaster.pid`` is that postmaster: a ``postgres``
     process started when the file says. After a crash or a reboot the PID may belong to any
@@ -99,7 +104,11 @@ def _is_our_postmaster(info: Any) -> bool:
         started = process.create_time()
     except (psutil.Error, OSError):
         return False
-    return bool(abs(started - info.start_time.timestamp()) < 5)
+    # the postmaster writes its start time (whole seconds) after the process was created; on a
+    # loaded machine that can be many seconds later. A process created after that time is
+    # another one that reused the PID (the postmaster held it until it died).
+    written = info.start_time.timestamp()
+    return bool(written - MAX_START_DELAY <= started <= written + 2)
 
 
 def _clear_stale_pid_file(pgdata: Path) -> None:

@@ -262,3 +262,28 @@ def test_a_lost_owner_password_file_is_replaced(pgdata: Path) -> None:
     assert stop_server(pgdata)
     url = ensure_server(pgdata)
     _check_roles_hold(url, pgdata)
+
+
+def test_a_postmaster_slow_to_write_its_pid_file_is_still_ours(pgdata: Path) -> None:
+    """On a loaded machine the postmaster writes its start time seconds after it was created;
+    it is still the server (and its pid file is kept), while a process created after that time
+    is not."""
+    import datetime
+
+    import psutil  # type: ignore[import-untyped]
+
+    from loader.db.embedded import _is_our_postmaster
+
+    ensure_server(pgdata)
+    process = psutil.Process(int((pgdata / "postmaster.pid").read_text().split()[0]))
+    created = process.create_time()
+
+    class Info:
+        def __init__(self, written: float) -> None:
+            self.process = process
+            self.start_time = datetime.datetime.fromtimestamp(written)
+
+    assert _is_our_postmaster(Info(created))
+    assert _is_our_postmaster(Info(created + 30))  # written 30 s after the process started
+    assert not _is_our_postmaster(Info(created - 30))  # the process is younger than the file
+    assert running_uri(pgdata) is not None
