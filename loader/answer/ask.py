@@ -11,13 +11,14 @@ from typing import Any
 import psycopg
 
 from loader.answer.agent import run_agent
+from loader.answer.prompt import prepare_question
 from loader.answer.result import Answer
 from loader.answer.single import answer_question
 from loader.db import queries
 from loader.db.session import connection
 from loader.filters import SearchFilters
-from loader.providers import embeddings
 from loader.providers.chat import ChatClient
+from loader.providers.query_embedding import PrefetchedQuery, query_embedder
 from loader.settings import Settings, load_settings
 
 
@@ -53,7 +54,9 @@ def ask(
     if agent and settings.agent_model != settings.chat_model:
         settings = settings.replace(chat_model=settings.agent_model)
     client = ChatClient.from_settings(settings)
-    embedder = embeddings.get_embedder(settings)
+    # the question's embedding (through serve_url when set) is computed while the connection
+    # opens; the agent embeds its own queries later
+    embedder = PrefetchedQuery(query_embedder(settings), prepare_question(question)[1])
     with reader_connection(settings) as conn:
         if agent:
             return run_agent(

@@ -13,6 +13,7 @@ from loader.errors import PgkbError
 from loader.safety import echo, one_line
 
 if TYPE_CHECKING:
+    from loader.providers.query_embedding import PrefetchedQuery
     from loader.search import SearchHit
 
 SNIPPET_CHARS = 160
@@ -89,8 +90,9 @@ def search(
 ) -> None:
     """Search the knowledge base for QUERY and print the best chunks.
 
-    Hybrid mode embeds QUERY with the active embedding model and fuses the vector and keyword
-    rankings (kb.hybrid_search); keyword mode needs no model. Quote phrases ("write ahead log"),
+    Hybrid mode embeds QUERY with the active embedding model (through a running pgkb serve when
+    PGKB_SERVE_URL is set) and fuses the vector and keyword rankings (kb.hybrid_search);
+    keyword mode needs no model. Quote phrases ("write ahead log"),
     exclude words with -word.
     """
     from loader.db.session import connection
@@ -101,17 +103,17 @@ def search(
     text = " ".join(query).strip()
     if not text:
         raise PgkbError("the search query is empty", hint='pgkb search "how do I ..."')
-    embedding: list[float] | None = None
-    if mode != "keyword":
-        from loader.providers.embeddings import get_embedder
+    prefetched: PrefetchedQuery | None = None
+    if mode != "keyword":  # embedded (by serve_url, else locally) while the connection opens
+        from loader.providers.query_embedding import PrefetchedQuery, query_embedder
 
-        embedding = get_embedder(settings).embed_query(text)
+        prefetched = PrefetchedQuery(query_embedder(settings), text)
     # a failed rerank: a warning on stderr, the fused order kept
     with connection(settings, read=True) as conn:
         hits = run_search(
             conn,
             text,
-            embedding,
+            prefetched.embed_query(text) if prefetched is not None else None,
             settings=settings,
             mode=mode,  # type: ignore[arg-type]
             limit=limit,

@@ -7,7 +7,9 @@ Routes (JSON in, JSON out; errors as ``{"error": {"message", "type"}}``):
     in any language embeds its query in the same vector space and calls ``hybrid_search`` in
     SQL. ``input`` a string or a list of strings; ``encoding_format`` ``float`` or ``base64``
     (little-endian float32, what OpenAI's clients ask for); ``dimensions`` other than the
-    model's is refused; ``model`` other than the active model's name is refused.
+    model's is refused; ``model`` other than the active model's name is refused; ``input_type``
+    (an extension, named as in Cohere's and Voyage's APIs) ``document`` (the default: the
+    model's document prompt) or ``query`` (its query prompt, as ``pgkb search`` embeds).
 ``GET /v1/models``
     The one model, OpenAI's list format.
 ``POST /v1/search``, ``POST /v1/ask``
@@ -132,7 +134,7 @@ def create_app(
 
     async def embeddings(request: Request) -> Response:
         body = await _json_body(request)
-        _unknown(body, {"input", "model", "encoding_format", "dimensions", "user"})
+        _unknown(body, {"input", "model", "encoding_format", "dimensions", "user", "input_type"})
         raw = body.get("input")
         texts = [raw] if isinstance(raw, str) else raw
         if not isinstance(texts, list) or not texts:
@@ -153,7 +155,12 @@ def create_app(
                 f"{dims} were asked for",
                 hint="leave dimensions out",
             )
-        vectors, tokens = await run(lambda: service.embed_inputs(texts))
+        input_type = _field(body, "input_type", str, "document")
+        if input_type not in ("document", "query"):
+            raise BadRequest(f"input_type must be document or query, got {input_type!r}")
+        vectors, tokens = await run(
+            lambda: service.embed_inputs(texts, query=input_type == "query")
+        )
         data = []
         for i, vector in enumerate(vectors):
             value: Any = vector

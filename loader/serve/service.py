@@ -355,8 +355,11 @@ class KnowledgeService:
         with self.turns.query():
             return [list(v) for v in self.embedder.embed(list(texts))]
 
-    def embed_inputs(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
-        """Vectors of ``texts`` with the knowledge base's model, and their token count
+    def embed_inputs(
+        self, texts: Sequence[str], *, query: bool = False
+    ) -> tuple[list[list[float]], int]:
+        """Vectors of ``texts`` with the knowledge base's model (as passages, or as queries:
+        with the model's query prompt, each a query's turn), and their token count
         (``/v1/embeddings``): :data:`EMBED_SLICE` texts at a time, each slice a batch's turn."""
         if not texts:
             raise BadRequest("input is empty: give a string or a list of strings")
@@ -370,10 +373,15 @@ class KnowledgeService:
             if surrogate_path(text):
                 raise BadRequest(f"input[{i}] holds a lone surrogate (\\ud800-\\udfff)")
         vectors: list[list[float]] = []
-        for start in range(0, len(texts), EMBED_SLICE):
-            with self.turns.batch():
-                part = self.embedder.embed(list(texts[start : start + EMBED_SLICE]))
-            vectors += [list(v) for v in part]
+        if query:
+            for text in texts:
+                with self.turns.query():
+                    vectors.append(list(self.embedder.embed_query(text)))
+        else:
+            for start in range(0, len(texts), EMBED_SLICE):
+                with self.turns.batch():
+                    part = self.embedder.embed(list(texts[start : start + EMBED_SLICE]))
+                vectors += [list(v) for v in part]
         tokens = sum(self.embedder.count_tokens(t) for t in texts)
         return vectors, tokens
 
