@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+<<<<<<< HEAD
 import logging
 import sys
+=======
+>>>>>>> fa2aec8 (A first run that shows its progress: files read, chunks embedded out of the (estimated) total, documents written, rate and time left, redrawn at a terminal, one line every 10 s on stderr otherwise; embedding calls of embedding_batch_size reported as they return; the quickstart's first-run notice only on a first run; notices for what is prepared once (model fetch, graph build, embedded server))
 from typing import Any
 
 import click
 
+<<<<<<< HEAD
 from loader.cli.base import App, emit_json, setting_option
+=======
+from loader.cli.base import App, setting_option
+from loader.cli.progress import ProgressDisplay
+>>>>>>> fa2aec8 (A first run that shows its progress: files read, chunks embedded out of the (estimated) total, documents written, rate and time left, redrawn at a terminal, one line every 10 s on stderr otherwise; embedding calls of embedding_batch_size reported as they return; the quickstart's first-run notice only on a first run; notices for what is prepared once (model fetch, graph build, embedded server))
 from loader.safety import echo, one_line, secho
 
 
@@ -34,47 +42,6 @@ def summary_line(data: dict[str, Any]) -> str:
             else ""
         )
     )
-
-
-def _say_waiting(event: str, info: dict[str, Any]) -> None:
-    if event == "waiting":
-        echo(
-            f"{info['holder']} holds the ingestion lock; waiting for it "
-            "(--no-wait to exit instead)",
-            err=True,
-        )
-
-
-class _Bar:
-    """A click progress bar over the files, fed by ingest's progress events."""
-
-    def __init__(self) -> None:
-        self.bar: Any = None
-        self.embedded = 0
-        self.chunks = 0
-
-    def __call__(self, event: str, info: dict[str, Any]) -> None:
-        if event == "waiting":
-            _say_waiting(event, info)
-        elif event == "scanned":
-            self.bar = click.progressbar(
-                length=len(info["files"]),
-                label="ingesting",
-                file=sys.stderr,
-                item_show_func=lambda _: f"{self.chunks} chunks, {self.embedded} embedded",
-            )
-            self.bar.__enter__()
-        elif event == "file" and self.bar is not None:
-            self.bar.update(1, info["source"])
-        elif event == "embedded":
-            self.embedded += int(info["count"])
-        elif event == "document":
-            self.chunks += int(info["chunks"])
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.render_finish()
-            self.bar = None
 
 
 @click.command()
@@ -143,7 +110,9 @@ def ingest(
     """Ingest Markdown, text, HTML and PDF files and folders (recursively).
 
     Unchanged files are skipped without parsing; a changed file replaces its chunks in one
-    transaction; unchanged chunks keep their embeddings. Exit codes: 0 all went well, 1 some
+    transaction; unchanged chunks keep their embeddings. Progress (files read, chunks embedded
+    out of the total, rate, time left) goes to stderr: redrawn in place at a terminal, one line
+    every 10 s when the output goes to a file or a log. Exit codes: 0 all went well, 1 some
     files failed (the rest were ingested), 2 configuration, connection or model error.
     """
     from loader.ingest.pipeline import ingest_paths
@@ -159,8 +128,8 @@ def ingest(
     # failures and the summary are printed below; per-file lines come with -v
     quiet = logging.getLogger().getEffectiveLevel() >= logging.WARNING
     logging.getLogger("loader.ingest").setLevel(logging.CRITICAL if quiet else logging.NOTSET)
-    bar = _Bar() if (sys.stderr.isatty() and not as_json) else None
-    try:
+    # on stderr: a line redrawn at a terminal, else one line every 10 s (a log, cron, --json)
+    with ProgressDisplay() as progress:
         report = ingest_paths(
             settings,
             paths,
@@ -170,11 +139,8 @@ def ingest(
             prune=prune,
             force=force,
             wait=wait,
-            progress=bar or _say_waiting,
+            progress=progress,
         )
-    finally:
-        if bar is not None:
-            bar.close()
     data = report.to_dict()
     if as_json:
         emit_json(data)

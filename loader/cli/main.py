@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 import click
 
+from loader import notices
 from loader.cli.base import VERBOSE_HELP, App, accept_verbose, emit_json, setting_option
 from loader.errors import ConfigError, DatabaseError, PgkbError, database_error
 from loader.safety import echo, redact, secho
@@ -186,6 +187,8 @@ def cli(
     if ctx.meta.get(JSON_FLAG):
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JsonLogFormatter())
+    # what is prepared once (the model fetched, its graph built, the server created): stderr
+    notices.set_handler(lambda message: echo(f"pgkb: {message}", err=True))
     ctx.obj = App(
         config_file,
         {

@@ -77,11 +77,20 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
     upgrade(url)
     echo(f"kb schema is up to date on {redact(url)}", err=True)
 
+    from loader.cli.progress import ProgressDisplay
     from loader.ingest.pipeline import ingest_paths
 
     corpus = resources.sample_corpus_dir()
-    echo(f"ingesting the sample corpus {corpus} (first run: minutes on a CPU)", err=True)
-    report = ingest_paths(settings, [corpus], prune=True)
+    if _holds_documents(url):
+        echo(f"ingesting the sample corpus {corpus} (unchanged pages are skipped)", err=True)
+    else:
+        echo(
+            f"ingesting the sample corpus {corpus}: first run, every page is embedded once "
+            "(minutes on a CPU; later runs skip unchanged pages)",
+            err=True,
+        )
+    with ProgressDisplay() as progress:
+        report = ingest_paths(settings, [corpus], prune=True, progress=progress)
     echo(summary_line(report.to_dict()), err=True)
     for failure in report.failed:
         echo(f"failed: {failure['source']}: {failure['reason']}", err=True)
@@ -109,6 +118,19 @@ def quickstart(ctx: click.Context, demo_url: str | None, remove: bool) -> None:
         f'Try the sample:  pgkb --database-url "{_shown(url)}" search "vacuum"\n'
         "Remove it:       pgkb quickstart --remove"
     )
+
+
+def _holds_documents(url: str) -> bool:
+    """Whether the demo database holds documents already (a later run, not the first)."""
+    from loader.db.connect import connect
+    from loader.db.queries import ANY_DOCUMENT
+
+    conn = connect(url, register=False)
+    try:
+        row = conn.execute(ANY_DOCUMENT).fetchone()
+        return bool(row and row[0])
+    finally:
+        conn.close()
 
 
 def _shown(url: str) -> str:

@@ -33,6 +33,7 @@ from psycopg import sql
 
 from loader.db import queries
 from loader.errors import DatabaseError
+from loader.notices import notice
 
 DATABASE_NAME = "pgkb"
 OWNER = "postgres"
@@ -161,6 +162,8 @@ def ensure_server(pgdata: Path, database: str = DATABASE_NAME) -> str:
         pgdata.mkdir(parents=True, exist_ok=True)
         if (pgdata / "PG_VERSION").exists():
             _clear_stale_pid_file(pgdata)
+        else:
+            notice(f"creating the embedded PostgreSQL server in {pgdata} (once, seconds)")
         server = module.get_server(pgdata, cleanup_mode=None)
     except (OSError, subprocess.SubprocessError, AssertionError, RuntimeError) as exc:
         log = pgdata / "log"

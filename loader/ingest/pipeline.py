@@ -199,7 +199,8 @@ def ingest_paths(
             report.fail(shown_path(source), reason)
         report.files_seen = len(scan.files) + len(scan.failures)
         if progress:
-            progress("scanned", {"files": [str(f) for f in scan.files]})
+            size = sum(_size(f) for f in scan.files)
+            progress("scanned", {"files": [str(f) for f in scan.files], "bytes": size})
         stored = stored_shas(conn, collection)
         try:
             # a load of hnsw_bulk_threshold embeddings or more builds the HNSW index after it
@@ -217,7 +218,12 @@ def ingest_paths(
                     )  # fmt: skip
                     if progress:
                         status = "unchanged" if prepared is None else "parsed"
-                        progress("file", {"source": source, "status": status})
+                        chunks = 0 if prepared is None else len(prepared.chunks)
+                        progress(
+                            "file",
+                            {"source": source, "status": status, "bytes": _size(path),
+                             "chunks": chunks},
+                        )  # fmt: skip
                     if prepared is not None:
                         writer.add(prepared)
                 writer.flush()
@@ -242,6 +248,13 @@ def ingest_paths(
         refresh_profile(conn, embedder, report)
     report.seconds["total"] = time.perf_counter() - started
     return report
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def extract_bounded(data: bytes, path: Path, mime: str | None, extractor: Extractor) -> Any:

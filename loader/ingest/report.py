@@ -12,8 +12,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[str, dict[str, Any]], None]
-"""``progress(event, info)``: events ``scanned`` (files), ``document`` (source, status, chunks),
-``embedded`` (count), ``waiting`` (holder: the backend pid of the run holding the lock)."""
+"""``progress(event, info)``: events ``scanned`` (``files``, their total ``bytes``), ``file``
+(each file read: ``source``, ``status`` unchanged or parsed, ``bytes``, ``chunks``),
+``embedded`` (after every embedding call: ``count`` texts embedded; then once per written
+batch: ``reused``, its chunks that needed no call), ``document`` (each document committed:
+source, status, chunks), ``waiting`` (holder: the backend pid of the run holding the lock).
+:class:`loader.ingest.progress.Tracker` turns them into where the run is."""
 
 
 @dataclasses.dataclass

@@ -152,15 +152,16 @@ class Writer:
                 for chunk in prepared.chunks:
                     if chunk.content_sha not in vectors:
                         missing.setdefault(chunk.content_sha, chunk.embed_text)
-            if missing:
-                texts = list(missing.values())
+            chunks = sum(len(p.chunks) for p in batch)
+            for part in self._batches(missing):
+                texts = [missing[sha] for sha in part]
                 computed = self.embedder.embed(texts)
                 if len(computed) != len(texts):
                     raise PgkbError(
                         f"the embedding model {self.embedder.name} returned {len(computed)} "
                         f"vectors for {len(texts)} texts"
                     )
-                for sha, vector in zip(missing, computed, strict=True):
+                for sha, vector in zip(part, computed, strict=True):
                     if len(vector) != self.embedder.dims:
                         raise PgkbError(
                             f"the embedding model {self.embedder.name} returned a "
@@ -168,12 +169,14 @@ class Writer:
                         )
                     vectors[sha] = vector
                 self.report.embeddings_computed += len(texts)
+                if self.progress:
+                    self.progress("embedded", {"count": len(texts), "reused": 0})
             for prepared in batch:
                 self.report.embeddings_reused += sum(
                     1 for c in prepared.chunks if c.content_sha in reused_shas
                 )
-            if self.progress:
-                self.progress("embedded", {"count": len(missing)})
+            if self.progress:  # the batch's other chunks: reused, or repeating a text
+                self.progress("embedded", {"count": 0, "reused": chunks - len(missing)})
         if self.bulk is not None:
             self.bulk.before_write(sum(len(p.chunks) for p in batch))
         with self.report.phase("write"):
@@ -184,6 +187,13 @@ class Writer:
                     # its transaction rolled back: the stored version (if any) stays, and the
                     # run goes on with the other documents
                     self.report.fail(prepared.source_uri, database_refusal(exc, prepared))
+
+    def _batches(self, missing: dict[str, str]) -> list[list[str]]:
+        """The shas of ``missing`` in embedding calls of ``batch_size`` texts, texts of similar
+        length together (less padding), each call reported as it returns."""
+        ordered = sorted(missing, key=lambda sha: len(missing[sha]))
+        size = max(1, self.batch_size)
+        return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
     def _staging(self) -> bool:
         """Whether rows go through temporary staging tables: for a writer that row-level

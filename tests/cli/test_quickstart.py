@@ -132,3 +132,20 @@ def test_remove_never_drops_the_configured_knowledge_base(
     assert result.exit_code == 2, result.output
     assert "nothing was dropped" in result.stderr
     assert _exists(pg_url, psycopg.conninfo.conninfo_to_dict(db_url)["dbname"])
+
+
+def test_the_first_run_notice_only_on_the_first_run(
+    db_url: str, tmp_path: Path, fake_openai: FakeOpenAI, small_sample: Path
+) -> None:
+    env = _env(_settings(db_url, tmp_path, fake_openai))
+    try:
+        first = CliRunner().invoke(cli, ["quickstart"], env=env)
+        assert first.exit_code == 0, first.output
+        assert "first run, every page is embedded once" in first.stderr
+        second = CliRunner().invoke(cli, ["quickstart"], env=env)
+        assert second.exit_code == 0, second.output
+        assert "first run" not in second.stderr
+        assert "(unchanged pages are skipped)" in second.stderr
+        assert "2 unchanged" in second.stderr
+    finally:
+        CliRunner().invoke(cli, ["quickstart", "--remove"], env=env)

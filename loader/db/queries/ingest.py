@@ -87,6 +87,8 @@ TRY_ADVISORY_LOCK = "SELECT pg_try_advisory_lock(%s)"
 ADVISORY_UNLOCK = "SELECT pg_advisory_unlock(%s)"
 
 STORED_SHAS = "SELECT source_uri, content_sha FROM kb.documents WHERE collection = %s"
+ANY_DOCUMENT = "SELECT EXISTS (SELECT 1 FROM kb.documents)"
+"""Whether a knowledge base holds anything yet (the quickstart's first run or a later one)."""
 ENSURE_COLLECTION = "INSERT INTO kb.collections (name) VALUES (%s) ON CONFLICT (name) DO NOTHING"
 """An ingest into a collection creates it when it is new."""
 FINISH_LOAD = "SELECT kb.finish_load(%s)"
