@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
-from loader.errors import PgkbError
+from loader.errors import ConfigError, PgkbError
 from loader.providers import openai_compat
 from loader.providers.local import model_folder
 from loader.safety import call_with_timeout
@@ -163,8 +163,14 @@ def load_cross_encoder(folder: str) -> Any:
     with _CROSS_ENCODERS_LOCK:
         model = _CROSS_ENCODERS.get(folder)
         if model is None:
-            from sentence_transformers import CrossEncoder
-
+            try:
+                from sentence_transformers import CrossEncoder
+            except ImportError:
+                raise ConfigError(
+                    "rerank_provider = 'local' needs sentence-transformers and torch, which are "
+                    "not installed",
+                    hint="pip install 'pgkb[torch]', or use rerank_provider = 'api'",
+                ) from None
             try:
                 model = CrossEncoder(folder, device="cpu", local_files_only=True)
             except (OSError, ValueError) as exc:
