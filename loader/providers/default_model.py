@@ -74,9 +74,10 @@ MODEL_DIR_NAME = "all-MiniLM-L6-v2"
 _LOCK = threading.Lock()
 
 
-def installed_folder(wheel: Wheel = DEFAULT_WHEEL) -> Path | None:
+def installed_folder(wheel: Wheel | None = None) -> Path | None:
     """The model folder of the installed package, if it is installed (its ``__init__`` imports
     nothing heavy)."""
+    wheel = wheel or DEFAULT_WHEEL
     try:
         module = importlib.import_module(wheel.module)
     except ImportError:
@@ -85,13 +86,15 @@ def installed_folder(wheel: Wheel = DEFAULT_WHEEL) -> Path | None:
     return folder if (folder / "config.json").is_file() else None
 
 
-def cached_folder(cache_dir: Path, wheel: Wheel = DEFAULT_WHEEL) -> Path:
+def cached_folder(cache_dir: Path, wheel: Wheel | None = None) -> Path:
     """Where the model fetched from ``wheel`` is kept in ``cache_dir``."""
+    wheel = wheel or DEFAULT_WHEEL
     return cache_dir / "models" / f"{MODEL_DIR_NAME}-{wheel.sha256[:12]}"
 
 
-def find(cache_dir: Path | None, wheel: Wheel = DEFAULT_WHEEL) -> Path | None:
+def find(cache_dir: Path | None, wheel: Wheel | None = None) -> Path | None:
     """The model folder if it is on this machine (installed, or fetched before); None if not."""
+    wheel = wheel or DEFAULT_WHEEL
     folder = installed_folder(wheel)
     if folder is not None:
         return folder
@@ -102,9 +105,10 @@ def find(cache_dir: Path | None, wheel: Wheel = DEFAULT_WHEEL) -> Path | None:
     return None
 
 
-def ensure(cache_dir: Path, wheel: Wheel = DEFAULT_WHEEL) -> Path:
+def ensure(cache_dir: Path, wheel: Wheel | None = None) -> Path:
     """The model folder: installed, cached, else fetched now (once per cache folder).
     :class:`ConfigError` saying how to install it by hand when the fetch fails."""
+    wheel = wheel or DEFAULT_WHEEL
     found = find(cache_dir, wheel)
     if found is not None:
         return found
