@@ -37,7 +37,8 @@ class ServedEmbedder:
 
     def __init__(self, settings: Settings, local: Callable[[], Embedder] | None = None) -> None:
         assert settings.serve_url is not None
-        self.url = settings.serve_url.rstrip("/") + "/v1/embeddings"
+        self.base = settings.serve_url.rstrip("/")
+        self.url = self.base + "/v1/embeddings"
         self.model = settings.embedding_model
         self.dims = settings.embedding_dims
         self.token = settings.serve_token
@@ -80,11 +81,12 @@ class ServedEmbedder:
             self._failed(f"its vectors are not {self.dims}-dimensional")
             return None
         self.served += 1
+        log.info("%d %s(s) embedded by pgkb serve at %s", len(texts), input_type, self.base)
         return [[float(x) for x in v] for v in vectors]
 
     def _failed(self, why: str) -> None:
         self.failure = why
-        log.warning("pgkb serve at %s not used (%s); embedding locally", self.url, why)
+        log.warning("pgkb serve at %s not used (%s); embedding locally", self.base, why)
 
     def embed_query(self, text: str) -> list[float]:
         vectors = self._ask([text], "query")
