@@ -107,6 +107,12 @@ def _document_ids(document_ids: Sequence[uuid.UUID | str] | None) -> list[uuid.U
     return ids
 
 
+def vector_text(values: Sequence[float]) -> str:
+    """``values`` in pgvector's text form (``[0.1,-0.2,...]``): each float's shortest repr,
+    which reads back as the same float32."""
+    return "[" + ",".join(repr(float(v)) for v in values) + "]"
+
+
 def search(
     conn: psycopg.Connection[Any],
     query_text: str,
@@ -145,12 +151,7 @@ def search(
     wanted = match_count
     if reranker is not None:
         match_count = max(settings.rerank_candidates, match_count)
-    embedding = None
-    if query_embedding is not None:
-        import numpy as np
-        from pgvector import Vector
-
-        embedding = Vector(np.asarray(query_embedding, dtype=np.float32))
+    embedding = None if query_embedding is None else vector_text(query_embedding)
     params: dict[str, Any] = {
         "query_text": query_text,
         "query_embedding": embedding,

@@ -133,10 +133,11 @@ def test_the_readme_keeps_the_two_commands() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
     assert ci.endswith("pytest")
     assert f"```bash\n{ci}\n```" in readme
-    assert (
-        "python3.11 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && "
-        "pip install -e . && pgkb quickstart" in readme
+    # the first one installs no torch: the default model runs on ONNX Runtime
+    first = (
+        "python3.11 -m venv .venv && . .venv/bin/activate && pip install -e . && pgkb quickstart"
     )
+    assert f"```bash\n{first}\n```" in readme
 
 
 MACHINE_PATH = re.compile(r"(?<![\w.])/(work|root|tmp)/")

@@ -7,13 +7,14 @@ import dataclasses
 import uuid
 
 # --- search (loader.search): one statement per mode, the same columns ------------------------
+# (the query's vector is sent in pgvector's text form and cast here: no numpy needed to send it)
 
 HYBRID_SEARCH = """
 SELECT chunk_id, document_id, title, source_uri, chunk_index, heading_path, content, score,
        vector_rank, vector_similarity, keyword_rank, keyword_score, category, metadata, token_count
   FROM kb.hybrid_search(
            query_text => %(query_text)s,
-           query_embedding => %(query_embedding)s,
+           query_embedding => %(query_embedding)s::vector,
            match_count => %(match_count)s,
            vector_candidates => %(vector_candidates)s,
            keyword_candidates => %(keyword_candidates)s,
@@ -35,7 +36,7 @@ SELECT chunk_id, document_id, title, source_uri, chunk_index, heading_path, cont
 VECTOR_SEARCH = """
 WITH v AS MATERIALIZED (
     SELECT * FROM kb.vector_search(
-           query_embedding => %(query_embedding)s,
+           query_embedding => %(query_embedding)s::vector,
            match_count => %(match_count)s,
            filters => %(filters)s::jsonb,
            document_ids => %(document_ids)s::uuid[],
