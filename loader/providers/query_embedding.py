@@ -116,19 +116,69 @@ def query_embedder(settings: Settings) -> Embedder | ServedEmbedder:
 
 
 class PrefetchedQuery:
-    """``embedder`` with the embedding of ``text`` started now, in a thread: ``embed_query``
-    of that text waits for it (and raises what it raised); any other call goes to
-    ``embedder``."""
+    """``embedder`` with the embedding of ``text`` started now: ``embed_query`` of that text
+    takes it; any other call goes to ``embedder``.
+
+    On Linux, in a process of one thread (the command line), the embedding runs in a forked
+    child process, on the other core: loading the model (importing ONNX Runtime and numpy,
+    reading the tokenizer) and opening the database connection then take the time of the
+    longer, not of both. The child sends the vector back through a pipe and exits; should it
+    fail, the embedding is made here, where its error is raised. Elsewhere (another system,
+    threads running: a server, a test) or through a running ``pgkb serve`` (no model to load,
+    an HTTP request), a thread does it."""
 
     def __init__(self, embedder: Embedder | ServedEmbedder, text: str) -> None:
         self.embedder = embedder
         self.text = text
         self._result: list[float] | None = None
         self._error: BaseException | None = None
-        self._thread: threading.Thread | None = threading.Thread(
-            target=self._work, name="pgkb-query-embedding", daemon=True
-        )
-        self._thread.start()
+        self._child: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+        if _can_fork() and not isinstance(embedder, ServedEmbedder):  # a model to load
+            self._child = self._fork()
+        else:
+            self._thread = threading.Thread(
+                target=self._work, name="pgkb-query-embedding", daemon=True
+            )
+            self._thread.start()
+
+    def _fork(self) -> tuple[int, int] | None:
+        import array
+        import os
+
+        read, write = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read)
+            os.close(write)
+            return None
+        if pid == 0:  # the child: embed, write the float64 values, leave at once
+            code = 1
+            try:
+                os.close(read)
+                data = array.array("d", self.embedder.embed_query(self.text)).tobytes()
+                with os.fdopen(write, "wb") as out:
+                    out.write(data)
+                code = 0
+            finally:
+                os._exit(code)  # no atexit handlers, no buffers flushed twice
+        os.close(write)
+        return pid, read
+
+    def _collect(self, pid: int, read: int) -> list[float] | None:
+        import array
+        import os
+
+        with os.fdopen(read, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        if status != 0 or not data or len(data) % 8:
+            log.debug("the query's embedding process failed (status %s); embedding here", status)
+            return None
+        values = array.array("d")
+        values.frombytes(data)
+        return values.tolist()
 
     def _work(self) -> None:
         try:
@@ -137,6 +187,11 @@ class PrefetchedQuery:
             self._error = exc
 
     def embed_query(self, text: str) -> list[float]:
+        if text == self.text and self._child is not None:
+            child, self._child = self._child, None
+            vector = self._collect(*child)
+            if vector is not None:
+                return vector
         if text != self.text or self._thread is None:
             return list(self.embedder.embed_query(text))
         self._thread.join()
@@ -149,3 +204,13 @@ class PrefetchedQuery:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return list(self.embedder.embed(texts))
+
+
+def _can_fork() -> bool:
+    """Forking is safe here: Linux, and no other thread (whose locks a child would inherit)."""
+    import os
+    import sys
+
+    return (
+        sys.platform.startswith("linux") and hasattr(os, "fork") and (threading.active_count() == 1)
+    )
