@@ -41,9 +41,11 @@ def first_answer(service, **options):
     result = service.search(os.environ["PROBE_QUERY"])
     assert result["results"], result
 
-import loader.serve.http, loader.serve.mcp
+import loader.providers.query_embedding, loader.serve.http, loader.serve.mcp
 loader.serve.http.run = first_answer
 loader.serve.mcp.run = first_answer
+# the query embedded in this process (not in a forked child), so its imports are seen here
+loader.providers.query_embedding._can_fork = lambda: False
 sys.argv = ["pgkb", *json.loads(os.environ["PROBE_ARGS"])]
 try:
     main()
