@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-<<<<<<< HEAD
 import logging
-import sys
-=======
->>>>>>> fa2aec8 (A first run that shows its progress: files read, chunks embedded out of the (estimated) total, documents written, rate and time left, redrawn at a terminal, one line every 10 s on stderr otherwise; embedding calls of embedding_batch_size reported as they return; the quickstart's first-run notice only on a first run; notices for what is prepared once (model fetch, graph build, embedded server))
 from typing import Any
 
 import click
 
-<<<<<<< HEAD
 from loader.cli.base import App, emit_json, setting_option
-=======
-from loader.cli.base import App, setting_option
 from loader.cli.progress import ProgressDisplay
->>>>>>> fa2aec8 (A first run that shows its progress: files read, chunks embedded out of the (estimated) total, documents written, rate and time left, redrawn at a terminal, one line every 10 s on stderr otherwise; embedding calls of embedding_batch_size reported as they return; the quickstart's first-run notice only on a first run; notices for what is prepared once (model fetch, graph build, embedded server))
 from loader.safety import echo, one_line, secho
 
 
