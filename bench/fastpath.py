@@ -3,6 +3,7 @@ beside the others in the same run, interleaved run by run (A B C ..., then B C .
 load average before every run.
 
     python bench/fastpath.py commands --database-url URL [--runs 7] [--backends onnx,torch]
+        [--tree main=DIR ...]
     python bench/fastpath.py ingest --pages DIR [--runs 3] [--backends onnx,torch]
 
 ``commands`` steps: ``search`` (hybrid) and ``search keyword`` (``--mode keyword``), ``ask``
@@ -10,7 +11,11 @@ load average before every run.
 call has answered, over stdio), ``serve`` (``pgkb serve`` until ``/healthz`` answers 200),
 ``quickstart`` (a second ``pgkb quickstart``, in ``--quickstart-data-dir``), each for every
 embedding backend of ``--backends``, and ``search served``: ``pgkb search`` with
-``PGKB_SERVE_URL`` pointing at a running ``pgkb serve``.
+``PGKB_SERVE_URL`` pointing at a running ``pgkb serve``. ``--backends default`` leaves
+``PGKB_EMBEDDING_BACKEND`` unset (what a user gets). ``--tree NAME=DIR`` adds every step again,
+named ``[NAME]``, with ``DIR`` (another checkout, e.g. ``git worktree add DIR main``) first on
+``PYTHONPATH``: the same installed libraries, that tree's ``loader`` package, interleaved
+with this tree's steps (an A/B of two commits).
 
 ``ingest``: ``pgkb ingest DIR --json`` into a fresh database per run and backend; the embedding
 throughput is ``embeddings_computed`` over the run's ``seconds.embed``.
@@ -54,7 +59,9 @@ def free_port() -> int:
 
 
 def env_for(url: str | None, backend: str, **more: str) -> dict[str, str]:
-    env = {**os.environ, "PGKB_EMBEDDING_BACKEND": backend, "PGKB_CHAT_MODEL": "", **more}
+    env = {**os.environ, "PGKB_CHAT_MODEL": "", **more}
+    if backend != "default":
+        env["PGKB_EMBEDDING_BACKEND"] = backend
     if url:
         env["PGKB_DATABASE_URL"] = url
     return env
@@ -167,9 +174,15 @@ def interleave(steps: dict[str, Callable[[], float]], runs: int) -> dict[str, An
 def commands(args: argparse.Namespace) -> dict[str, Any]:
     url = args.database_url
     steps: dict[str, Callable[[], float]] = {}
-    for backend in args.backends.split(","):
-        env = env_for(url, backend)
-        suffix = "" if backend == "onnx" else f" ({backend})"
+    trees: list[tuple[str, dict[str, str]]] = [("", {})]
+    for tree in args.tree:
+        name, _, folder = tree.partition("=")
+        trees.append((f" [{name}]", {"PYTHONPATH": str(Path(folder).resolve())}))
+    for (tree_suffix, tree_env), backend in (
+        (t, b) for t in trees for b in args.backends.split(",")
+    ):
+        env = env_for(url, backend, **tree_env)
+        suffix = ("" if backend in ("onnx", "default") else f" ({backend})") + tree_suffix
         steps["search keyword" + suffix] = lambda e=env: timed(
             [*pgkb(), "search", QUERY, "--mode", "keyword"], e
         )
@@ -178,7 +191,7 @@ def commands(args: argparse.Namespace) -> dict[str, Any]:
         steps["mcp" + suffix] = lambda e=env: mcp_ready(e)
         steps["serve" + suffix] = lambda e=env: serve_ready(e)
         if args.quickstart_data_dir:
-            qs = env_for(None, backend, PGKB_DATA_DIR=str(args.quickstart_data_dir))
+            qs = env_for(None, backend, PGKB_DATA_DIR=str(args.quickstart_data_dir), **tree_env)
             qs.pop("PGKB_DATABASE_URL", None)
             steps["quickstart" + suffix] = lambda e=qs: timed([*pgkb(), "quickstart"], e)
     server = None
@@ -201,7 +214,7 @@ def commands(args: argparse.Namespace) -> dict[str, Any]:
         steps["search served"] = lambda: timed([*pgkb(), "search", QUERY], served)
     wanted = set(args.steps.split(",")) if args.steps else None
     if wanted:
-        steps = {k: v for k, v in steps.items() if k.split(" (")[0] in wanted}
+        steps = {k: v for k, v in steps.items() if k.split(" (")[0].split(" [")[0] in wanted}
     try:
         for step in steps.values():  # one untimed warm-up each: caches, a built graph
             step()
@@ -261,6 +274,9 @@ def main() -> None:
     c.add_argument("--backends", default="onnx,torch")
     c.add_argument("--served", action="store_true", help="also search through PGKB_SERVE_URL")
     c.add_argument("--steps", help="only these steps (search,search keyword,ask,mcp,...)")
+    c.add_argument(
+        "--tree", action="append", default=[], help="NAME=DIR: the steps again on that checkout"
+    )
     i = sub.add_parser("ingest")
     i.add_argument("--pages", type=Path, required=True, help="a folder of documents")
     i.add_argument("--admin-url", required=True, help="URL of the server's postgres database")
