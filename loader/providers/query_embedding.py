@@ -127,8 +127,8 @@ class PrefetchedQuery:
     reading the tokenizer) and opening the database connection then take the time of the
     longer, not of both. The child sends the vector back through a pipe and exits; should it
     fail, the embedding is made here, where its error is raised. Elsewhere (another system,
-    threads running: a server, a test) or through a running ``pgkb serve`` (no model to load,
-    an HTTP request), a thread does it."""
+    threads running: a server, a test; the model already loaded here) or through a running
+    ``pgkb serve`` (no model to load, an HTTP request), a thread does it."""
 
     def __init__(self, embedder: Embedder | ServedEmbedder, text: str) -> None:
         self.embedder = embedder
@@ -203,8 +203,18 @@ class PrefetchedQuery:
         return list(self.embedder.embed(texts))
 
 
+NATIVE_POOLS = ("onnxruntime", "torch")
+"""Libraries whose native thread pools a forked child would inherit without their threads:
+once one is loaded, the model is loaded too and the query embeds in milliseconds here."""
+
+
 def _can_fork() -> bool:
-    """Forking is safe here: Linux, and no other thread (whose locks a child would inherit)."""
+    """Forking is safe here and worth it: Linux, no other Python thread (whose locks a child
+    would inherit), and no model library loaded yet (ONNX Runtime and torch do not support a
+    fork after their thread pools start; a process that has them has its model loaded)."""
     return (
-        sys.platform.startswith("linux") and hasattr(os, "fork") and (threading.active_count() == 1)
+        sys.platform.startswith("linux")
+        and hasattr(os, "fork")
+        and threading.active_count() == 1
+        and not any(name in sys.modules for name in NATIVE_POOLS)
     )

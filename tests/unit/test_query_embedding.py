@@ -4,6 +4,9 @@ to the caller."""
 
 from __future__ import annotations
 
+import sys
+import threading
+import types
 from collections.abc import Sequence
 
 import pytest
@@ -50,3 +53,22 @@ def test_a_failure_is_raised_to_the_caller(fork: bool, monkeypatch: pytest.Monke
     with pytest.raises(ConfigError, match="no model here"):
         prefetched.embed_query("vacuum")
     assert fake.calls == ["vacuum"]  # forked: the child failed, the caller embedded (and raised)
+
+
+@pytest.mark.parametrize("loaded", ["onnxruntime", "torch"])
+def test_no_fork_once_a_model_library_runs_here(
+    loaded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process with ONNX Runtime or torch loaded (a quickstart's ask after its ingest, a
+    server) embeds in a thread: a forked child would inherit their thread pools without their
+    threads."""
+    for name in query_embedding.NATIVE_POOLS:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    assert query_embedding._can_fork() == sys.platform.startswith("linux")
+    monkeypatch.setitem(sys.modules, loaded, types.ModuleType(loaded))
+    assert not query_embedding._can_fork()
+    fake = Fake()
+    prefetched = PrefetchedQuery(fake, "vacuum")  # type: ignore[arg-type]
+    assert prefetched.embed_query("vacuum") == [6 / 7, -1 / 3, 1e-30, 0.1]
+    assert fake.calls == ["vacuum"]  # embedded in this process
