@@ -300,7 +300,7 @@ def _make_graph(pipeline: Pipeline, target: Path, notice: Notice | None) -> str:
     if why is None:
         _require("onnx", "to build the model's graph")
         if notice:
-            notice(f"building the ONNX graph of {pipeline.folder.name} (once, a few seconds)")
+            notice(f"building the ONNX graph of the model in {pipeline.folder} (once, seconds)")
         bert_graph.build(folder, target)
         return "bert_graph"
     try:
@@ -312,7 +312,7 @@ def _make_graph(pipeline: Pipeline, target: Path, notice: Notice | None) -> str:
             f"models, not {why}",
         ) from None
     if notice:
-        notice(f"exporting {pipeline.folder.name} to ONNX with torch (once, a few seconds)")
+        notice(f"exporting the model in {pipeline.folder} to ONNX with torch (once, a few seconds)")
     _torch_export(folder, target)
     return "torch.onnx"
 
