@@ -66,6 +66,11 @@ def _quiet(_: str) -> None:
     pass
 
 
+DEFAULT_BACKEND = Settings.__dataclass_fields__["embedding_backend"].default
+"""A local model's backend is recorded only when it is not the default one (ONNX Runtime, whose
+vectors equal the torch ones the bundled baselines were recorded with, within cosine 0.9999)."""
+
+
 def parameters(settings: Settings) -> dict[str, Any]:
     """The settings that shape retrieval, recorded beside every figure (the input limit and
     chunk size as the model makes them; prompts, backend and reranker only when set)."""
@@ -92,7 +97,7 @@ def parameters(settings: Settings) -> dict[str, Any]:
         "max_per_document": settings.max_per_document,
     }
     params.update({f"embedding_{k}": v for k, v in identity(embedder).items() if v})
-    if settings.embedding_provider == "local" and settings.embedding_backend != "torch":
+    if settings.embedding_provider == "local" and settings.embedding_backend != DEFAULT_BACKEND:
         params["embedding_backend"] = settings.embedding_backend
     if settings.rerank_provider != "off":
         params.update(
