@@ -14,6 +14,7 @@ import threading
 from typing import IO, Any
 
 from loader.ingest.progress import Tracker
+from loader.safety import echo
 
 LOG_INTERVAL = 10.0
 """Seconds between two progress lines when stderr is not a terminal (or stdout is not)."""
@@ -24,7 +25,8 @@ BAR_WIDTH = 20
 class ProgressDisplay:
     """A :class:`Tracker` (call it with the run's events) shown on ``stream`` (stderr): redrawn
     in place when ``live`` (unset: when stderr and stdout are terminals), else one line every
-    ``interval`` seconds (:data:`LOG_INTERVAL`). Use as a context manager."""
+    ``interval`` seconds (:data:`LOG_INTERVAL`), a JSON line in a ``--json`` run. Use as a
+    context manager."""
 
     def __init__(
         self,
@@ -35,6 +37,8 @@ class ProgressDisplay:
         label: str = "ingesting",
     ) -> None:
         self.stream = stream or sys.stderr
+        self._echo = stream is None
+        """On stderr through :func:`~loader.safety.echo`: a ``--json`` run's lines are JSON."""
         if live is None:
             live = _isatty(self.stream) and _isatty(sys.stdout)
         self.live = live
@@ -92,6 +96,9 @@ class ProgressDisplay:
                 pad = " " * max(0, self._width - len(text))
                 self.stream.write("\r" + text + pad + ("\n" if final else ""))
                 self._width = 0 if final else len(text)
+            elif self._echo:
+                echo(text, err=True)
+                return
             else:
                 self.stream.write(text + "\n")
             self.stream.flush()

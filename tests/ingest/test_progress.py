@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
+from loader import safety
 from loader.cli import cli
 from loader.cli import progress as progress_module
 from loader.cli.progress import ProgressDisplay
@@ -127,3 +128,24 @@ def test_the_cli_logs_progress_on_stderr_as_chunks_are_embedded(
     assert done == sorted(done)
     assert any(0 < d < total for d in done)  # counted while the run was embedding
     assert re.search(rf"5/5 files read, {total}/{total} chunks embedded", result.stderr)
+
+
+def test_a_json_run_writes_its_progress_as_json_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    """On stderr (no stream given) in a ``--json`` run: one JSON object per line, like every
+    note of such a run; plain text otherwise."""
+    for as_json in (True, False):
+        safety.stderr_as_json(as_json)
+        try:
+            display = ProgressDisplay(live=False, interval=60)
+            display("waiting", {"holder": "pgkb ingest (backend pid 42)", "pid": 42})
+        finally:
+            safety.stderr_as_json(False)
+        err = capsys.readouterr().err
+        if as_json:
+            assert json.loads(err) == {
+                "level": "info",
+                "message": "pgkb ingest (backend pid 42) holds the ingestion lock; waiting for "
+                "it (--no-wait to exit instead)",
+            }
+        else:
+            assert err.startswith("pgkb ingest (backend pid 42) holds the ingestion lock")
