@@ -37,7 +37,7 @@ PROBE = """
 import json, os, sys
 from loader.cli import main
 
-def first_answer(service, **options):
+def first_answer(service, *args, **options):
     result = service.search(os.environ["PROBE_QUERY"])
     assert result["results"], result
 

@@ -122,12 +122,14 @@ def test_the_cli_logs_progress_on_stderr_as_chunks_are_embedded(
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)  # stdout: the JSON summary alone
     total = summary["chunks_written"]
-    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("ingesting: after")]
+    # a --json run: every stderr line a JSON object, the progress lines among them
+    messages = [json.loads(ln)["message"] for ln in result.stderr.splitlines()]
+    lines = [m for m in messages if m.startswith("ingesting: after")]
     done = [int(m.group(1)) for ln in lines if (m := re.search(r"(\d+)/~?\d+ chunks", ln))]
     assert len(done) >= 3, result.stderr
     assert done == sorted(done)
     assert any(0 < d < total for d in done)  # counted while the run was embedding
-    assert re.search(rf"5/5 files read, {total}/{total} chunks embedded", result.stderr)
+    assert re.search(rf"5/5 files read, {total}/{total} chunks embedded", lines[-1])
 
 
 def test_a_json_run_writes_its_progress_as_json_lines(capsys: pytest.CaptureFixture[str]) -> None:
