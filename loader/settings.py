@@ -137,12 +137,17 @@ class Settings:
     ingest links a document only to documents of its own collection."""
 
     # --- vector index (HNSW, pgvector) ------------------------------------------------------------
-    hnsw_m: int = 16
-    """HNSW graph degree used when a model's index is built (pgvector's default 16)."""
-    hnsw_ef_construction: int = 64
-    """HNSW build-time candidate list (pgvector's default 64; at least 2 * hnsw_m)."""
+    hnsw_m: int | None = None
+    """HNSW graph degree of a model's index when it is built; unset (the default): sized from the
+    model's embeddings at that moment (kb.hnsw_parameters: 16 below 250,000 embeddings, 32 from
+    250,000). Set, it overrides the size for every index built from then on."""
+    hnsw_ef_construction: int | None = None
+    """HNSW build-time candidate list (at least 2 * m); unset (the default): sized from the
+    model's embeddings when the index is built (64 below 250,000 embeddings, 128 from 250,000)."""
     hnsw_ef_search: int | None = None
-    """HNSW query-time candidate list; unset: max(200, 2 * candidates) per search."""
+    """HNSW query-time candidate list; unset (the default): the one recorded with the model's
+    index when it was built (200 below 250,000 embeddings, 800 from 250,000; ``pgkb db status``
+    shows it), or 2 * candidates when that is more."""
     hnsw_bulk_threshold: int = 500
     """A load writing at least this many embeddings of a model, and more than its index holds,
     drops the model's HNSW index and builds it after the load (several times faster than
@@ -180,6 +185,13 @@ class Settings:
     """At most this many chunks of one document among the hybrid results (unset: no cap)."""
     keyword_ranking: Literal["bm25", "ts_rank"] = "bm25"
     """How the keyword leg ranks its matches: ``bm25`` (IDF, length-normalised) or ``ts_rank``."""
+    keyword_backend: Literal["auto", "sql", "pg_textsearch"] = "auto"
+    """What computes the keyword leg's BM25: ``sql`` (pgkb's own, in SQL, any server),
+    ``pg_textsearch`` (the pg_textsearch extension's bm25 index, compiled: much faster on large
+    corpora; an error when the database does not have it) or ``auto`` (pg_textsearch when the
+    extension and its index are in the database, ``pgkb db upgrade`` creates them when the server
+    can load it; the SQL BM25 otherwise). Each connection sets it as ``pgkb.keyword_backend``;
+    ``pgkb db status`` shows which one serves."""
     search_filters: str | None = None
     """Filters applied to every search (JSON object, keys of kb.search_filters: category,
     metadata, source, collections), e.g. ``{"source": "%/sql-%"}``; ``pgkb search/ask
@@ -409,9 +421,11 @@ class Settings:
             self.filters()
         except ConfigError as exc:
             problems.append(exc.message)
-        if not 2 <= self.hnsw_m <= 100:
+        if self.hnsw_m is not None and not 2 <= self.hnsw_m <= 100:
             problems.append(f"hnsw_m must be between 2 and 100, got {self.hnsw_m}")
-        if not max(4, 2 * self.hnsw_m) <= self.hnsw_ef_construction <= 1000:
+        if self.hnsw_ef_construction is not None and not (
+            max(4, 2 * (self.hnsw_m or 16)) <= self.hnsw_ef_construction <= 1000
+        ):
             problems.append(
                 "hnsw_ef_construction must be between 2 * hnsw_m and 1000, "
                 f"got {self.hnsw_ef_construction}"

@@ -5,8 +5,10 @@
 -- builds it again after the load (pgkb does both under the ingestion lock, the rebuild in a
 -- finally block). While the index is missing, kb.vector_search still answers, exactly, by a
 -- sequential scan of the model's rows. Returns {"index": name, "m": m, "ef_construction": ef},
--- the dropped index's build parameters (null when it used pgvector's defaults) so that the caller
--- rebuilds it as it was; NULL when the model has no index (nothing dropped). Raises PK020
+-- the dropped index's build parameters when they were given explicitly (kb.vector_indexes says
+-- sized_by 'setting'), so that the caller rebuilds it as it was; null when they were sized from
+-- the corpus, so that the rebuild sizes it again for the corpus after the load (its record in
+-- kb.vector_indexes is removed with it); NULL when the model has no index (nothing dropped). Raises PK020
 -- for an unknown model id, and lock_not_available when the exclusive lock DROP INDEX takes on
 -- kb.embeddings is not granted within 5 s (lock_timeout: a long transaction must not queue every
 -- search behind the drop; the caller then loads row by row). EXECUTE for kb_writer only.
@@ -21,6 +23,7 @@ DECLARE
     index_name text;
     index_options text[];
     options jsonb;
+    sized_by text;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM kb.embedding_models em WHERE em.id = model_id) THEN
         RAISE EXCEPTION 'no embedding model has id %', model_id USING ERRCODE = 'PK020';
@@ -39,7 +42,12 @@ BEGIN
                                        pg_catalog.split_part(o, '=', 2)::integer)
       INTO options
       FROM pg_catalog.unnest(index_options) AS o;
+    SELECT vi.sized_by INTO sized_by FROM kb.vector_indexes vi WHERE vi.model_id = drop_model_index.model_id;
+    IF coalesce(sized_by, 'setting') = 'corpus' THEN
+        options := '{}'::jsonb;
+    END IF;
     EXECUTE format('DROP INDEX kb.%I', index_name);
+    DELETE FROM kb.vector_indexes vi WHERE vi.model_id = drop_model_index.model_id;
     RETURN pg_catalog.jsonb_build_object(
         'index', index_name,
         'm', options -> 'm',
@@ -48,7 +56,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.drop_model_index(integer) IS
-'Drops the partial HNSW index of one model before a bulk load (waits at most 5 s for the lock); returns its name and build parameters for kb.build_model_index, NULL when it had none.';
+'Drops the partial HNSW index of one model before a bulk load (waits at most 5 s for the lock); returns its name and, when they were given explicitly rather than sized from the corpus, its build parameters for kb.build_model_index; NULL when it had none.';
 
 REVOKE ALL ON FUNCTION kb.drop_model_index(integer) FROM PUBLIC;
 DO $$

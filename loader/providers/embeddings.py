@@ -193,7 +193,9 @@ def identity_mismatch(config: dict[str, Any], embedder: Embedder) -> str | None:
 
 
 def ensure_model(
-    conn: psycopg.Connection[Any], embedder: Embedder, hnsw: tuple[int, int] | None = None
+    conn: psycopg.Connection[Any],
+    embedder: Embedder,
+    hnsw: tuple[int | None, int | None] | None = None,
 ) -> int:
     """The id of ``embedder``'s model in ``kb.embedding_models``, registering it if new.
 
@@ -227,7 +229,7 @@ def ensure_model(
             )
         return row.id
     # what pgkb needs to embed with it again (kb.embedding_models.config; never an API key), and
-    # hnsw: (m, ef_construction) of the model's index, None = pgvector's defaults
+    # hnsw: (m, ef_construction) of the model's index, None = sized from the corpus
     config: dict[str, Any] = {"max_input_tokens": embedder.max_input_tokens}
     config.update({k: v for k, v in identity(embedder).items() if v})  # unset: not stored
     base_url = getattr(embedder, "base_url", None)

@@ -99,9 +99,10 @@ changed a tenth of the chunks or more, or NULL changed; the never-analyzed ones 
 
 MODEL_EMBEDDING_COUNT = "SELECT count(*) FROM kb.embeddings WHERE model_id = %s"
 DROP_MODEL_INDEX = "SELECT kb.drop_model_index(%s)"
-"""model_id; returns jsonb {index, m, ef_construction}, or NULL when the model has no index."""
+"""model_id; returns jsonb {index, m, ef_construction} (m and ef_construction null when they were
+sized from the corpus), or NULL when the model has no index."""
 BUILD_MODEL_INDEX = "SELECT kb.build_model_index(%s, %s, %s)"
-"""model_id, hnsw_m, hnsw_ef_construction (NULL = pgvector's defaults)."""
+"""model_id, hnsw_m, hnsw_ef_construction (NULL = sized from the model's embeddings)."""
 SOURCE_URIS_LIKE = (
     "SELECT source_uri FROM kb.documents WHERE source_uri LIKE %s AND collection = %s"
 )

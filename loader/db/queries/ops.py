@@ -218,6 +218,10 @@ SELECT 'embeddings_hnsw_model_' || m.id AS index_name
 """
 """The name of one model's HNSW index when it is missing (``MODELS_WITHOUT_INDEX`` for one
 model), no row when it exists or the model has more than 2,000 dims."""
+INDEXED_MODELS = "SELECT id FROM kb.embedding_models WHERE dims <= 2000 ORDER BY id"
+RESIZE_MODEL_INDEX = "SELECT kb.resize_model_index(%s)"
+"""model_id; jsonb {index, resized, embeddings, m, ef_construction, ef_search, previous}, or
+NULL when the model has no index (kb.resize_model_index)."""
 KB_ROLES = "SELECT rolname FROM pg_roles WHERE rolname IN ('kb_reader', 'kb_writer')"
 # What the documentation's "Roles and grants" promises, one (check, have, want) row per promise. The
 # function lists come from the grants written in sql_functions/ (loader.ops.doctor reads them):

@@ -57,7 +57,8 @@ class KbCounts:
 
 ACTIVE_MODEL = "SELECT id, name, dims, provider FROM kb.active_model()"
 REGISTER_MODEL = "SELECT kb.register_model(%s, %s, %s, %s::jsonb, %s, %s)"
-"""name, dims, provider, config (JSON text), hnsw_m, hnsw_ef_construction (NULL = defaults)."""
+"""name, dims, provider, config (JSON text), hnsw_m, hnsw_ef_construction (NULL = sized from the
+corpus)."""
 
 
 @dataclasses.dataclass(frozen=True)
