@@ -687,6 +687,11 @@ REVOKE ALL ON FUNCTION kb.table_rows(relation regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION kb.term_df(lexemes text[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.term_df(lexemes text[]) TO kb_reader;
 
+-- acl: FUNCTION vector_index_status()
+REVOKE ALL ON FUNCTION kb.vector_index_status() FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.vector_index_status() TO kb_reader;
+GRANT ALL ON FUNCTION kb.vector_index_status() TO kb_writer;
+
 -- acl: FUNCTION vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer)
 REVOKE ALL ON FUNCTION kb.vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer) TO kb_reader;

@@ -26,8 +26,10 @@ depends_on = None
 FUNCTIONS = (
     "build_model_index",
     "drop_model_index",
+    "hnsw_ef_search",
     "hnsw_parameters",
     "resize_model_index",
+    "vector_index_status",
     "vector_search",
 )
 

@@ -31,6 +31,7 @@ def schema_status(settings: Settings) -> dict[str, Any]:
         }
         if revision is not None:
             status.update(_counts(conn))
+            status.update(_vector_index(conn))
             status.update(_memory(conn))
         return status
     finally:
@@ -62,6 +63,34 @@ def _counts(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "embeddings": embeddings,
         "active_model": f"{active['name']} ({active['dims']} dims)" if active else None,
         "access": "read (figures from kb.stats)",
+    }
+
+
+def _vector_index(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """The active model's HNSW index as it was built (``kb.vector_index_status()``): its
+    parameters, the ef_search searches use, the embeddings it was sized for. A schema older than
+    the function gives nothing here."""
+    try:
+        with conn.cursor(row_factory=class_row(queries.VectorIndexRow)) as cur:
+            rows = cur.execute(queries.VECTOR_INDEX_STATUS).fetchall()
+    except psycopg.errors.UndefinedFunction:
+        conn.rollback()
+        return {}
+    active = next((r for r in rows if r.is_active), None)
+    if active is None:
+        return {}
+    if active.index_name is None:
+        return {"vector_index": "none (searches read every vector: exact, slower)"}
+    return {
+        "vector_index": (
+            f"kb.{active.index_name}: m {active.m}, ef_construction {active.ef_construction}, "
+            f"ef_search {active.ef_search}, sized for {active.built_for:,} embeddings "
+            f"({active.tier_now} tier)"
+            if active.sized_by == "corpus"
+            else f"kb.{active.index_name}: m {active.m}, ef_construction "
+            f"{active.ef_construction} (set explicitly), ef_search {active.ef_search}, "
+            f"built over {active.built_for:,} embeddings"
+        )
     }
 
 

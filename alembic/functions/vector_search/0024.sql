@@ -10,9 +10,10 @@
 -- through the model's partial HNSW index embeddings_hnsw_model_<id> (its ORDER BY is exactly
 -- `embedding::vector(<dims>) <=> query` with `model_id = <id>`), with pgvector 0.8's iterative
 -- index scan (hnsw.iterative_scan = relaxed_order, then re-sorted exactly) and hnsw.ef_search =
--- ef_search, or (NULL) max(the index's own ef_search, 2 * match_count) up to 1000, where the
--- index's own is what kb.build_model_index recorded in kb.vector_indexes for the corpus it was
--- built on (kb.hnsw_parameters; 200 for an index with no record), set for this call only: a selective filter
+-- kb.hnsw_ef_search(model, match_count, ef_search): ef_search, or (NULL) max(the index's own
+-- ef_search, 2 * match_count) up to 1000, where the index's own is what kb.build_model_index
+-- recorded in kb.vector_indexes for the corpus it was built on (kb.hnsw_parameters; 200 for an
+-- index with no record), set for this call only: a selective filter
 -- still returns match_count rows when that many chunks pass it. (pgvector's own default, 40,
 -- misses about one in twenty of the exact top 20 on 384-dimension sentence vectors.)
 -- filters: see kb.search_filters (category, metadata, source, collections); document_ids restricts to those
@@ -95,10 +96,7 @@ BEGIN
     match_count := least(match_count, 1000);  -- the documented maximum
 
     PERFORM set_config('hnsw.ef_search',
-                       least(1000, greatest(40, coalesce(ef_search::bigint, greatest(
-                           coalesce((SELECT vi.ef_search FROM kb.vector_indexes vi
-                                      WHERE vi.model_id = m.id), 200),
-                           2::bigint * match_count))))::text,
+                       kb.hnsw_ef_search(m.id, match_count, ef_search)::text,
                        true);
 
     -- fixed condition texts; the values are bound as $3..$6 and $8

@@ -218,6 +218,28 @@ SELECT 'embeddings_hnsw_model_' || m.id AS index_name
 """
 """The name of one model's HNSW index when it is missing (``MODELS_WITHOUT_INDEX`` for one
 model), no row when it exists or the model has more than 2,000 dims."""
+VECTOR_INDEX_STATUS = """
+SELECT model, dims, is_active, index_name, m, ef_construction, ef_search, built_for, sized_by,
+       built_at, tier_now
+  FROM kb.vector_index_status()
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class VectorIndexRow:
+    model: str
+    dims: int
+    is_active: bool
+    index_name: str | None
+    m: int | None
+    ef_construction: int | None
+    ef_search: int | None
+    built_for: int | None
+    sized_by: str | None
+    built_at: datetime.datetime | None
+    tier_now: str | None
+
+
 INDEXED_MODELS = "SELECT id FROM kb.embedding_models WHERE dims <= 2000 ORDER BY id"
 RESIZE_MODEL_INDEX = "SELECT kb.resize_model_index(%s)"
 """model_id; jsonb {index, resized, embeddings, m, ef_construction, ef_search, previous}, or
