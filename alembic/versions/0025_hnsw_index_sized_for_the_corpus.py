@@ -8,21 +8,21 @@ kb.resize_model_index builds an index again when its corpus crossed a tier (pgkb
 pgkb models activate). The existing indexes are recorded as they are (ef_search 200, today's
 default; sized_by 'corpus' when built with 16 / 64, the old defaults, else 'setting').
 
-Revision ID: 0024
-Revises: 0023
+Revision ID: 0025
+Revises: 0024
 """
 
 from alembic import op
 
 from loader.migration_ops import downgrade_functions, upgrade_functions
 
-revision = "0024"
-down_revision = "0023"
+revision = "0025"
+down_revision = "0024"
 branch_labels = None
 depends_on = None
 
 # The functions this revision changes, applied in this order from the store:
-# alembic/functions/<name>/0024.sql
+# alembic/functions/<name>/0025.sql
 FUNCTIONS = (
     "build_model_index",
     "drop_model_index",
