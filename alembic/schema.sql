@@ -13,12 +13,6 @@ CREATE ROLE kb_writer NOLOGIN;
 -- schema: kb
 CREATE SCHEMA kb;
 
--- extension: pg_textsearch
-CREATE EXTENSION IF NOT EXISTS pg_textsearch WITH SCHEMA public;
-
--- comment: EXTENSION pg_textsearch
-COMMENT ON EXTENSION pg_textsearch IS 'Full-text search with BM25 ranking';
-
 -- extension: vector
 CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public;
 
@@ -40,6 +34,7 @@ CREATE TABLE kb.chunks (
     content_sha text NOT NULL,
     token_count integer NOT NULL,
     tsv tsvector GENERATED ALWAYS AS ((setweight(to_tsvector('english'::regconfig, heading_path), 'A'::"char") || setweight(to_tsvector('english'::regconfig, content), 'D'::"char"))) STORED,
+    collection text,
     CONSTRAINT chunks_chunk_index_check CHECK ((chunk_index >= 0)),
     CONSTRAINT chunks_token_count_check CHECK ((token_count >= 0))
 );
@@ -53,6 +48,9 @@ COMMENT ON COLUMN kb.chunks.content_sha IS 'sha256 of the text given to the embe
 
 -- comment: COLUMN chunks.token_count
 COMMENT ON COLUMN kb.chunks.token_count IS 'Length of the chunk in tokens of the embedding model''s tokenizer.';
+
+-- comment: COLUMN chunks.collection
+COMMENT ON COLUMN kb.chunks.collection IS 'The collection of the chunk''s document (set by a trigger, kept equal by the foreign key), for the per-collection keyword statistics.';
 
 -- sequence: chunks_id_seq
 ALTER TABLE kb.chunks ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -75,6 +73,27 @@ CREATE TABLE kb.collection_grants (
 -- comment: TABLE collection_grants
 COMMENT ON TABLE kb.collection_grants IS 'Which collections a role (and every role that is a member of it) may read through the kb functions; collection NULL = every collection. Written by pgkb db grant/revoke as the owner.';
 
+-- table: collection_stats
+CREATE TABLE kb.collection_stats (
+    collection text NOT NULL,
+    chunk_count bigint DEFAULT 0 NOT NULL,
+    total_lexemes bigint DEFAULT 0 NOT NULL
+);
+
+-- comment: TABLE collection_stats
+COMMENT ON TABLE kb.collection_stats IS 'Per collection: number of chunks and the sum of their lengths in distinct lexemes (length(tsv)), for BM25''s IDF and average chunk length; kept current by a trigger on kb.chunks.';
+
+-- table: collection_term_stats
+CREATE TABLE kb.collection_term_stats (
+    lexeme text NOT NULL,
+    collection text NOT NULL,
+    df integer NOT NULL,
+    CONSTRAINT collection_term_stats_df_check CHECK ((df >= 0))
+);
+
+-- comment: TABLE collection_term_stats
+COMMENT ON TABLE kb.collection_term_stats IS 'Chunk frequency of each lexeme in each collection (chunks of the collection containing it), kept current by a trigger on kb.chunks.';
+
 -- table: collections
 CREATE TABLE kb.collections (
     name text NOT NULL,
@@ -86,16 +105,14 @@ CREATE TABLE kb.collections (
 -- comment: TABLE collections
 COMMENT ON TABLE kb.collections IS 'The knowledge bases of this database: every document belongs to one (kb.documents.collection); readers are granted collections (kb.collection_grants).';
 
--- table: corpus_stats
-CREATE TABLE kb.corpus_stats (
-    singleton boolean DEFAULT true NOT NULL,
-    chunk_count bigint DEFAULT 0 NOT NULL,
-    total_lexemes bigint DEFAULT 0 NOT NULL,
-    CONSTRAINT corpus_stats_singleton_check CHECK (singleton)
-);
+-- view: corpus_stats
+CREATE VIEW kb.corpus_stats AS
+ SELECT (COALESCE(sum(chunk_count), (0)::numeric))::bigint AS chunk_count,
+    (COALESCE(sum(total_lexemes), (0)::numeric))::bigint AS total_lexemes
+   FROM kb.collection_stats s;
 
--- comment: TABLE corpus_stats
-COMMENT ON TABLE kb.corpus_stats IS 'Single row: number of chunks and the sum of their lengths in distinct lexemes (length(tsv)), for BM25''s IDF and average chunk length.';
+-- comment: VIEW corpus_stats
+COMMENT ON VIEW kb.corpus_stats IS 'One row: number of chunks of the whole database and the sum of their lengths in distinct lexemes: kb.collection_stats summed.';
 
 -- table: document_links
 CREATE TABLE kb.document_links (
@@ -271,15 +288,15 @@ CREATE TABLE kb.term_postings (
 -- comment: TABLE term_postings
 COMMENT ON TABLE kb.term_postings IS 'Impact-ordered postings of the lexemes held by more than 1000 chunks (impact: kb.term_impacts), kept current by the statistics trigger on kb.chunks; kb.keyword_search reads a common word''s best chunks from it.';
 
--- table: term_stats
-CREATE TABLE kb.term_stats (
-    lexeme text NOT NULL,
-    df integer NOT NULL,
-    CONSTRAINT term_stats_df_check CHECK ((df >= 0))
-);
+-- view: term_stats
+CREATE VIEW kb.term_stats AS
+ SELECT lexeme,
+    (sum(df))::integer AS df
+   FROM kb.collection_term_stats t
+  GROUP BY lexeme;
 
--- comment: TABLE term_stats
-COMMENT ON TABLE kb.term_stats IS 'Chunk frequency of each lexeme (number of chunks containing it), kept current by a trigger on kb.chunks.';
+-- comment: VIEW term_stats
+COMMENT ON VIEW kb.term_stats IS 'Chunk frequency of each lexeme in the whole database: kb.collection_term_stats summed over every collection.';
 
 -- table: vector_indexes
 CREATE TABLE kb.vector_indexes (
@@ -301,29 +318,6 @@ CREATE TABLE kb.vector_indexes (
 -- comment: TABLE vector_indexes
 COMMENT ON TABLE kb.vector_indexes IS 'What each model''s HNSW index was built with (m, ef_construction), the ef_search kb.vector_search uses for it, the model''s embeddings at that moment, and whether the parameters were sized from that count (corpus, kb.hnsw_parameters) or given (setting). Written by kb.build_model_index.';
 
--- table: t (public)
-CREATE TABLE public.t (
-    id integer NOT NULL,
-    coll text,
-    h text,
-    body text
-);
-
--- sequence: t_id_seq (public)
-CREATE SEQUENCE public.t_id_seq
-    AS integer
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1;
-
--- sequence owned by: t_id_seq (public)
-ALTER SEQUENCE public.t_id_seq OWNED BY public.t.id;
-
--- default: t id (public)
-ALTER TABLE ONLY public.t ALTER COLUMN id SET DEFAULT nextval('public.t_id_seq'::regclass);
-
 -- constraint: alembic_version alembic_version_pkc
 ALTER TABLE ONLY kb.alembic_version
     ADD CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num);
@@ -336,13 +330,17 @@ ALTER TABLE ONLY kb.chunks
 ALTER TABLE ONLY kb.chunks
     ADD CONSTRAINT chunks_pkey PRIMARY KEY (id);
 
+-- constraint: collection_stats collection_stats_pkey
+ALTER TABLE ONLY kb.collection_stats
+    ADD CONSTRAINT collection_stats_pkey PRIMARY KEY (collection);
+
+-- constraint: collection_term_stats collection_term_stats_pkey
+ALTER TABLE ONLY kb.collection_term_stats
+    ADD CONSTRAINT collection_term_stats_pkey PRIMARY KEY (lexeme, collection);
+
 -- constraint: collections collections_pkey
 ALTER TABLE ONLY kb.collections
     ADD CONSTRAINT collections_pkey PRIMARY KEY (name);
-
--- constraint: corpus_stats corpus_stats_pkey
-ALTER TABLE ONLY kb.corpus_stats
-    ADD CONSTRAINT corpus_stats_pkey PRIMARY KEY (singleton);
 
 -- constraint: document_links document_links_pkey
 ALTER TABLE ONLY kb.document_links
@@ -355,6 +353,10 @@ ALTER TABLE ONLY kb.document_relations
 -- constraint: documents documents_collection_source_uri_key
 ALTER TABLE ONLY kb.documents
     ADD CONSTRAINT documents_collection_source_uri_key UNIQUE (collection, source_uri);
+
+-- constraint: documents documents_id_collection_key
+ALTER TABLE ONLY kb.documents
+    ADD CONSTRAINT documents_id_collection_key UNIQUE (id, collection);
 
 -- constraint: documents documents_pkey
 ALTER TABLE ONLY kb.documents
@@ -384,17 +386,9 @@ ALTER TABLE ONLY kb.settings
 ALTER TABLE ONLY kb.term_postings
     ADD CONSTRAINT term_postings_pkey PRIMARY KEY (lexeme, impact, chunk_id);
 
--- constraint: term_stats term_stats_pkey
-ALTER TABLE ONLY kb.term_stats
-    ADD CONSTRAINT term_stats_pkey PRIMARY KEY (lexeme);
-
 -- constraint: vector_indexes vector_indexes_pkey
 ALTER TABLE ONLY kb.vector_indexes
     ADD CONSTRAINT vector_indexes_pkey PRIMARY KEY (model_id);
-
--- constraint: t t_pkey (public)
-ALTER TABLE ONLY public.t
-    ADD CONSTRAINT t_pkey PRIMARY KEY (id);
 
 -- index: chunks_content_sha_idx
 CREATE INDEX chunks_content_sha_idx ON kb.chunks USING btree (content_sha);
@@ -435,11 +429,8 @@ CREATE UNIQUE INDEX embedding_models_one_active ON kb.embedding_models USING btr
 -- index: embeddings_model_idx
 CREATE INDEX embeddings_model_idx ON kb.embeddings USING btree (model_id);
 
--- index: t_a (public)
-CREATE INDEX t_a ON public.t USING bm25 ((((h || ' '::text) || body))) WITH (text_config=english) WHERE (coll = 'a'::text);
-
--- index: t_b (public)
-CREATE INDEX t_b ON public.t USING bm25 ((((h || ' '::text) || body))) WITH (text_config=english) WHERE (coll = 'b'::text);
+-- trigger: chunks chunks_set_collection
+CREATE TRIGGER chunks_set_collection BEFORE INSERT ON kb.chunks FOR EACH ROW EXECUTE FUNCTION kb.chunks_set_collection();
 
 -- trigger: chunks chunks_stats_delete
 CREATE TRIGGER chunks_stats_delete AFTER DELETE ON kb.chunks REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION kb.chunks_maintain_stats();
@@ -453,13 +444,17 @@ CREATE TRIGGER chunks_stats_update AFTER UPDATE ON kb.chunks REFERENCING OLD TAB
 -- trigger: embeddings embeddings_check_dims
 CREATE TRIGGER embeddings_check_dims BEFORE INSERT OR UPDATE ON kb.embeddings FOR EACH ROW EXECUTE FUNCTION kb.embeddings_check_dims();
 
--- fk constraint: chunks chunks_document_id_fkey
+-- fk constraint: chunks chunks_document_collection_fkey
 ALTER TABLE ONLY kb.chunks
-    ADD CONSTRAINT chunks_document_id_fkey FOREIGN KEY (document_id) REFERENCES kb.documents(id) ON DELETE CASCADE;
+    ADD CONSTRAINT chunks_document_collection_fkey FOREIGN KEY (document_id, collection) REFERENCES kb.documents(id, collection) MATCH FULL ON UPDATE CASCADE ON DELETE CASCADE;
 
 -- fk constraint: collection_grants collection_grants_collection_fkey
 ALTER TABLE ONLY kb.collection_grants
     ADD CONSTRAINT collection_grants_collection_fkey FOREIGN KEY (collection) REFERENCES kb.collections(name) ON DELETE CASCADE;
+
+-- fk constraint: collection_stats collection_stats_collection_fkey
+ALTER TABLE ONLY kb.collection_stats
+    ADD CONSTRAINT collection_stats_collection_fkey FOREIGN KEY (collection) REFERENCES kb.collections(name) ON DELETE CASCADE;
 
 -- fk constraint: document_links document_links_source_id_fkey
 ALTER TABLE ONLY kb.document_links
@@ -615,6 +610,10 @@ GRANT ALL ON FUNCTION kb.explore_graph(start_document uuid, query_text text, max
 REVOKE ALL ON FUNCTION kb.find_documents(ref text, filters jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.find_documents(ref text, filters jsonb) TO kb_reader;
 
+-- acl: FUNCTION finish_load(changed_chunks bigint)
+REVOKE ALL ON FUNCTION kb.finish_load(changed_chunks bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.finish_load(changed_chunks bigint) TO kb_writer;
+
 -- acl: FUNCTION hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer, keyword_confidence double precision, lead_slot integer)
 REVOKE ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer, keyword_confidence double precision, lead_slot integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer, keyword_confidence double precision, lead_slot integer) TO kb_reader;
@@ -713,6 +712,9 @@ REVOKE ALL ON FUNCTION kb.stats(last_runs integer, filters jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.stats(last_runs integer, filters jsonb) TO kb_writer;
 GRANT ALL ON FUNCTION kb.stats(last_runs integer, filters jsonb) TO kb_reader;
 
+-- acl: FUNCTION table_rows(relation regclass)
+REVOKE ALL ON FUNCTION kb.table_rows(relation regclass) FROM PUBLIC;
+
 -- acl: FUNCTION term_df(lexemes text[])
 REVOKE ALL ON FUNCTION kb.term_df(lexemes text[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.term_df(lexemes text[]) TO kb_reader;
@@ -739,11 +741,17 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.chunks TO kb_writer;
 -- acl: SEQUENCE chunks_id_seq
 GRANT SELECT,USAGE ON SEQUENCE kb.chunks_id_seq TO kb_writer;
 
+-- acl: TABLE collection_stats
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.collection_stats TO kb_writer;
+
+-- acl: TABLE collection_term_stats
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.collection_term_stats TO kb_writer;
+
 -- acl: TABLE collections
 GRANT SELECT,INSERT,UPDATE ON TABLE kb.collections TO kb_writer;
 
 -- acl: TABLE corpus_stats
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.corpus_stats TO kb_writer;
+GRANT SELECT ON TABLE kb.corpus_stats TO kb_writer;
 
 -- acl: TABLE document_links
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.document_links TO kb_writer;
@@ -776,4 +784,4 @@ GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.settings TO kb_writer;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.term_postings TO kb_writer;
 
 -- acl: TABLE term_stats
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.term_stats TO kb_writer;
+GRANT SELECT ON TABLE kb.term_stats TO kb_writer;
