@@ -441,6 +441,9 @@ CREATE TRIGGER chunks_stats_insert AFTER INSERT ON kb.chunks REFERENCING NEW TAB
 -- trigger: chunks chunks_stats_update
 CREATE TRIGGER chunks_stats_update AFTER UPDATE ON kb.chunks REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION kb.chunks_maintain_stats();
 
+-- trigger: collections collections_keyword_index
+CREATE TRIGGER collections_keyword_index AFTER INSERT OR DELETE ON kb.collections FOR EACH ROW EXECUTE FUNCTION kb.collections_keyword_index();
+
 -- trigger: embeddings embeddings_check_dims
 CREATE TRIGGER embeddings_check_dims BEFORE INSERT OR UPDATE ON kb.embeddings FOR EACH ROW EXECUTE FUNCTION kb.embeddings_check_dims();
 
@@ -557,6 +560,9 @@ REVOKE ALL ON FUNCTION kb.active_model() FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.active_model() TO kb_writer;
 GRANT ALL ON FUNCTION kb.active_model() TO kb_reader;
 
+-- acl: FUNCTION build_keyword_indexes()
+REVOKE ALL ON FUNCTION kb.build_keyword_indexes() FROM PUBLIC;
+
 -- acl: FUNCTION build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer)
 REVOKE ALL ON FUNCTION kb.build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.build_model_index(model_id integer, hnsw_m integer, hnsw_ef_construction integer) TO kb_writer;
@@ -591,6 +597,9 @@ REVOKE ALL ON FUNCTION kb.collection_scope(requested text[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.collection_scope(requested text[]) TO kb_reader;
 GRANT ALL ON FUNCTION kb.collection_scope(requested text[]) TO kb_writer;
 
+-- acl: FUNCTION collections_keyword_index()
+REVOKE ALL ON FUNCTION kb.collections_keyword_index() FROM PUBLIC;
+
 -- acl: FUNCTION document_list(filters jsonb, document_ids uuid[], max_results integer)
 REVOKE ALL ON FUNCTION kb.document_list(filters jsonb, document_ids uuid[], max_results integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.document_list(filters jsonb, document_ids uuid[], max_results integer) TO kb_reader;
@@ -614,6 +623,12 @@ GRANT ALL ON FUNCTION kb.find_documents(ref text, filters jsonb) TO kb_reader;
 REVOKE ALL ON FUNCTION kb.finish_load(changed_chunks bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.finish_load(changed_chunks bigint) TO kb_writer;
 
+-- acl: FUNCTION hnsw_ef_search(model_id integer, match_count integer, ef_search integer)
+REVOKE ALL ON FUNCTION kb.hnsw_ef_search(model_id integer, match_count integer, ef_search integer) FROM PUBLIC;
+
+-- acl: FUNCTION hnsw_parameters(embedding_count bigint, OUT m integer, OUT ef_construction integer, OUT ef_search integer, OUT tier text)
+REVOKE ALL ON FUNCTION kb.hnsw_parameters(embedding_count bigint, OUT m integer, OUT ef_construction integer, OUT ef_search integer, OUT tier text) FROM PUBLIC;
+
 -- acl: FUNCTION hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer, keyword_confidence double precision, lead_slot integer)
 REVOKE ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer, keyword_confidence double precision, lead_slot integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer, keyword_confidence double precision, lead_slot integer) TO kb_reader;
@@ -626,9 +641,23 @@ GRANT ALL ON FUNCTION kb.ingest_run_begin(paths text[]) TO kb_writer;
 REVOKE ALL ON FUNCTION kb.ingest_run_end(run_id bigint, report jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.ingest_run_end(run_id bigint, report jsonb) TO kb_writer;
 
+-- acl: FUNCTION keyword_backend(collections text[])
+REVOKE ALL ON FUNCTION kb.keyword_backend(collections text[]) FROM PUBLIC;
+
+-- acl: FUNCTION keyword_backend_status()
+REVOKE ALL ON FUNCTION kb.keyword_backend_status() FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.keyword_backend_status() TO kb_reader;
+GRANT ALL ON FUNCTION kb.keyword_backend_status() TO kb_writer;
+
+-- acl: FUNCTION keyword_index_name(collection text)
+REVOKE ALL ON FUNCTION kb.keyword_index_name(collection text) FROM PUBLIC;
+
 -- acl: FUNCTION keyword_search(query_text text, match_count integer, filters jsonb, document_ids uuid[], keyword_ranking text, bm25_k1 double precision, bm25_b double precision, heading_weight double precision, max_postings integer)
 REVOKE ALL ON FUNCTION kb.keyword_search(query_text text, match_count integer, filters jsonb, document_ids uuid[], keyword_ranking text, bm25_k1 double precision, bm25_b double precision, heading_weight double precision, max_postings integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.keyword_search(query_text text, match_count integer, filters jsonb, document_ids uuid[], keyword_ranking text, bm25_k1 double precision, bm25_b double precision, heading_weight double precision, max_postings integer) TO kb_reader;
+
+-- acl: FUNCTION keyword_search_pg_textsearch(query_text text, match_count integer, filters jsonb, document_ids uuid[])
+REVOKE ALL ON FUNCTION kb.keyword_search_pg_textsearch(query_text text, match_count integer, filters jsonb, document_ids uuid[]) FROM PUBLIC;
 
 -- acl: FUNCTION merge_neighbors(chunk_id bigint, before integer, after integer)
 REVOKE ALL ON FUNCTION kb.merge_neighbors(chunk_id bigint, before integer, after integer) FROM PUBLIC;
@@ -721,7 +750,6 @@ GRANT ALL ON FUNCTION kb.term_df(lexemes text[]) TO kb_reader;
 
 -- acl: FUNCTION vector_index_status()
 REVOKE ALL ON FUNCTION kb.vector_index_status() FROM PUBLIC;
-GRANT ALL ON FUNCTION kb.vector_index_status() TO kb_reader;
 GRANT ALL ON FUNCTION kb.vector_index_status() TO kb_writer;
 
 -- acl: FUNCTION vector_search(query_embedding public.vector, match_count integer, filters jsonb, document_ids uuid[], min_similarity double precision, model text, ef_search integer)

@@ -61,6 +61,7 @@ class SqlState(enum.StrEnum):
     MODEL_IN_USE = "PK014"
     NOT_FOUND = "PK020"
     COLLECTION_NOT_READABLE = "PK030"
+    KEYWORD_BACKEND_UNAVAILABLE = "PK040"
 
 
 SQLSTATES: dict[SqlState, tuple[type[PgkbError], str]] = {
@@ -101,6 +102,13 @@ SQLSTATES: dict[SqlState, tuple[type[PgkbError], str]] = {
         PgkbError,
         "A collection the call asks for is not one the role may read, or not one of the "
         "session's collections.",
+    ),
+    SqlState.KEYWORD_BACKEND_UNAVAILABLE: (
+        PgkbError,
+        "The keyword backend asked for (`keyword_backend = pg_textsearch`) cannot serve: the "
+        "pg_textsearch extension or a collection's bm25 index is missing in this database "
+        "(`pgkb db upgrade` creates them when the server can load it); or the setting's value is "
+        "not one of auto, sql, pg_textsearch.",
     ),
 }
 """Each code's :class:`PgkbError` kind and what it means."""

@@ -31,3 +31,5 @@ $$;
 
 COMMENT ON FUNCTION kb.hnsw_parameters(bigint) IS
 'HNSW parameters for a model index of embedding_count vectors: below 250,000 m 16 / ef_construction 64 / ef_search 200 (small), from 250,000 m 32 / ef_construction 128 / ef_search 800 (large).';
+
+REVOKE ALL ON FUNCTION kb.hnsw_parameters(bigint) FROM PUBLIC;

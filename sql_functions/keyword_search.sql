@@ -6,6 +6,11 @@
 --             rank integer, score double precision, strict_match boolean)
 --
 -- The keyword retriever: full-text search over kb.chunks.tsv (GIN index chunks_tsv_idx).
+-- Backends: when kb.keyword_backend(the collections read) says 'pg_textsearch' (the session's
+-- keyword_backend setting is auto or pg_textsearch, and the database has the extension and each
+-- collection's bm25 index) and the ranking is BM25 with the default k1, b and heading_weight,
+-- kb.keyword_search_pg_textsearch computes the result (same rules, BM25 from the compiled
+-- index, max_postings unused); otherwise the SQL BM25 below.
 -- Candidates are the chunks containing ANY positive lexeme of the question (OR semantics:
 -- natural-language questions rarely contain all their words); chunks containing a -negated
 -- word are dropped. A "quoted phrase" is a requirement: only chunks holding every quoted phrase
@@ -144,6 +149,14 @@ BEGIN
     -- documented maxima (see COMMENT ON)
     match_count := least(match_count, 1000);
     max_postings := least(coalesce(max_postings, 100000), 100000);
+    -- the pg_textsearch backend (kb.keyword_backend: the session's keyword_backend setting and
+    -- what the database has) serves BM25 with the default parameters; anything else is here
+    IF keyword_ranking = 'bm25' AND bm25_k1 = 0.9 AND bm25_b = 0.75 AND heading_weight = 1
+       AND kb.keyword_backend(f.collections) = 'pg_textsearch' THEN
+        RETURN QUERY SELECT * FROM kb.keyword_search_pg_textsearch(query_text, match_count, filters,
+                                                                   document_ids);
+        RETURN;
+    END IF;
     q := kb.search_query(query_text);
     IF q.any_query IS NULL THEN
         RETURN;

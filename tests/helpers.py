@@ -82,6 +82,34 @@ def migrate(url: str, revision: str = "head") -> None:
         engine.dispose()
 
 
+# --- the pg_textsearch keyword backend ------------------------------------------------------
+
+
+def skip_without_pg_textsearch(pg_url: str) -> None:
+    """Skip the test, with the reason, when the test server cannot run the pg_textsearch keyword
+    backend (its source is not here to build it, or the server was not started with it)."""
+    from tests import textsearch
+
+    reason = textsearch.unavailable_reason()
+    if reason is None:
+        with psycopg.connect(pg_url) as admin:
+            loaded = admin.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_settings WHERE name LIKE 'pg\\_textsearch.%')"
+            ).fetchone()
+        if not (loaded and loaded[0]):
+            reason = "the test server does not load pg_textsearch (shared_preload_libraries)"
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def use_pg_textsearch(conn: psycopg.Connection[Any]) -> None:
+    """Give the database the pg_textsearch keyword backend, as ``pgkb db upgrade`` does (the
+    extension, then each collection's bm25 index); commits."""
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_textsearch")
+    conn.execute("SELECT kb.build_keyword_indexes()")
+    conn.commit()
+
+
 # --- the hand-made corpus of the answer and agent tests --------------------------------------
 
 MODEL = "hand-made-4d"

@@ -22,13 +22,21 @@ def db() -> None:
 @click.argument("revision", default="head")
 @pass_app
 def db_upgrade(app: App, revision: str) -> None:
-    """Create or upgrade the kb schema (alembic upgrade REVISION, default head)."""
+    """Create or upgrade the kb schema (alembic upgrade REVISION, default head).
+
+    At head it also gives the database the pg_textsearch keyword backend when the server loads
+    that extension (CREATE EXTENSION, which needs a superuser, and a bm25 index per collection),
+    unless keyword_backend is sql; it says in one line which keyword backend serves and why."""
     from loader.db.connect import database_url
+    from loader.db.keyword_backend import enable
     from loader.db.migrations import upgrade
 
-    url = database_url(app.settings())
+    settings = app.settings()
+    url = database_url(settings)
     upgrade(url, revision)
     echo(f"kb schema is at {revision} on {redact(url)}", err=True)
+    if revision == "head":
+        echo(f"keyword backend: {enable(url, settings)}", err=True)
 
 
 @db.command("downgrade")

@@ -36,9 +36,11 @@ def connection(
 
 def scope_session(conn: psycopg.Connection[Any], settings: Settings) -> None:
     """Keep the connection to the ``collections`` setting (``--collection``): the session's
-    ``pgkb.collections``, which every kb function applies within the role's grants."""
+    ``pgkb.collections``, which every kb function applies within the role's grants; and give it
+    the ``keyword_backend`` setting as ``pgkb.keyword_backend`` (kb.keyword_backend reads it)."""
     names = settings.collection_names()
     if names:
         conn.execute(queries.SET_SESSION_COLLECTIONS, (",".join(names),))
-        if not conn.autocommit:
-            conn.commit()  # a session setting: rolled back with its transaction otherwise
+    conn.execute(queries.SET_SESSION_KEYWORD_BACKEND, (settings.keyword_backend,))
+    if not conn.autocommit:
+        conn.commit()  # a session setting: rolled back with its transaction otherwise

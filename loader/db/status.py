@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from loader.db import queries
+from loader.db import keyword_backend, queries
 from loader.db.connect import connect, database_url, redact
 from loader.db.migrations import current_revision, head_revision
 from loader.settings import Settings
@@ -32,6 +32,7 @@ def schema_status(settings: Settings) -> dict[str, Any]:
         if revision is not None:
             status.update(_counts(conn))
             status.update(_vector_index(conn))
+            status.update(_keyword_backend(conn, settings))
             status.update(_memory(conn))
         return status
     finally:
@@ -66,14 +67,25 @@ def _counts(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     }
 
 
+def _keyword_backend(conn: psycopg.Connection[Any], settings: Settings) -> dict[str, Any]:
+    """Which keyword backend serves and why (``kb.keyword_backend_status()``); nothing on a
+    schema older than the function."""
+    try:
+        found = keyword_backend.status(conn, settings)
+    except psycopg.errors.UndefinedFunction:
+        conn.rollback()
+        return {}
+    return {"keyword_backend": keyword_backend.describe(found)}
+
+
 def _vector_index(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     """The active model's HNSW index as it was built (``kb.vector_index_status()``): its
-    parameters, the ef_search searches use, the embeddings it was sized for. A schema older than
-    the function gives nothing here."""
+    parameters, the ef_search searches use, the embeddings it was sized for. A reader (not told
+    the whole database's size) and a schema older than the function get nothing here."""
     try:
         with conn.cursor(row_factory=class_row(queries.VectorIndexRow)) as cur:
             rows = cur.execute(queries.VECTOR_INDEX_STATUS).fetchall()
-    except psycopg.errors.UndefinedFunction:
+    except (psycopg.errors.UndefinedFunction, psycopg.errors.InsufficientPrivilege):
         conn.rollback()
         return {}
     active = next((r for r in rows if r.is_active), None)

@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from loader.db import queries
+from loader.db import keyword_backend, queries
 from loader.db.connect import connect, database_url
 from loader.db.migrations import current_revision, head_revision
 from loader.errors import PgkbError
@@ -70,6 +70,9 @@ EXPLAIN = {
     "embeddings": "a chunk without a vector of the active model is invisible to vector search.",
     "dims": "vectors of another dimension cannot be compared; queries embedded by a model other "
     "than the active one are compared in the wrong space.",
+    "keyword_backend": "the keyword leg's BM25 runs on pg_textsearch's compiled bm25 index "
+    "where the database has it (much faster on large corpora), in SQL otherwise; the setting "
+    "keyword_backend = pg_textsearch makes searches fail where it is missing.",
     "settings": "a chunk longer than the model's input is silently truncated by the model.",
     "roles": "services log in as members of kb_reader (search only) or kb_writer (the loader); "
     "a wider grant exposes the tables, a missing one breaks the service.",
@@ -206,6 +209,7 @@ def run_checks(settings: Settings) -> list[Check]:
             checks.append(_skip("functions", f"cannot compare (run doctor as the kb owner): {exc}"))
 
         checks.append(_indexes_check(conn))
+        checks.append(_keyword_backend_check(conn, settings))
 
         try:
             if not at_head:
@@ -337,6 +341,24 @@ def _indexes_check(conn: psycopg.Connection[Any]) -> Check:
         detail,
         "pgkb db reindex (rebuilds invalid indexes concurrently and builds a model's missing "
         "HNSW index)",
+    )
+
+
+def _keyword_backend_check(conn: psycopg.Connection[Any], settings: Settings) -> Check:
+    """Which keyword backend serves, and why; a failure only when the setting asks for
+    pg_textsearch and it cannot serve (searches would raise PK040)."""
+    try:
+        found = keyword_backend.status(conn, settings)
+    except psycopg.Error as exc:
+        _rollback(conn)
+        return _skip("keyword_backend", f"cannot tell (schema not at head?): {exc}")
+    _rollback(conn)
+    return _check(
+        "keyword_backend",
+        found.get("backend") != "unavailable",
+        keyword_backend.describe(found),
+        "pgkb db upgrade as the kb owner on a server that loads pg_textsearch, or set "
+        "keyword_backend to auto or sql",
     )
 
 

@@ -33,7 +33,12 @@ import psycopg
 import pytest
 
 from loader.ops.roles import grant
-from tests.helpers import create_database, drop_database
+from tests.helpers import (
+    create_database,
+    drop_database,
+    skip_without_pg_textsearch,
+    use_pg_textsearch,
+)
 from tests.serve_fixtures import _create_role, _drop_role, role_url
 
 WORD = "acquisition"
@@ -85,6 +90,7 @@ class Db:
     def __init__(self, url: str, reader_url: str) -> None:
         self.url = url
         self.reader_url = reader_url
+        self.backend = "sql"
         self.hr_docs: list[str] = []
         self.hr_chunks: list[int] = []
 
@@ -125,17 +131,24 @@ def _set_state(db: Db, state: str) -> None:
         conn.commit()
 
 
-@pytest.fixture(scope="module")
-def db(pg_url: str, template_db: str) -> Iterator[Db]:
+@pytest.fixture(scope="module", params=["sql", "pg_textsearch"])
+def db(pg_url: str, template_db: str, request: pytest.FixtureRequest) -> Iterator[Db]:
+    """The oracle's database, with either keyword backend: pg_textsearch's bm25 index per
+    collection (the extension created, so kb.keyword_backend's auto picks it), or none."""
+    if request.param == "pg_textsearch":
+        skip_without_pg_textsearch(pg_url)
     name = f"pgkb_oracle_{uuid.uuid4().hex[:8]}"
     role = f"hr_oracle_{uuid.uuid4().hex[:6]}"
     url = create_database(pg_url, name, template=template_db)
     try:
         _create_role(pg_url, role)
         result = Db(url, role_url(url, role))
+        result.backend = request.param
         with psycopg.connect(url) as conn:
             conn.execute("SELECT kb.register_model('hand-4', 4, 'test')")
             conn.execute("INSERT INTO kb.collections (name) VALUES ('hr'), ('eng')")
+            if request.param == "pg_textsearch":
+                use_pg_textsearch(conn)
             for source, title, chunks in HR:
                 doc, ids = _insert_doc(conn, "hr", source, title, chunks, "[0.6,0.8,0,0]")
                 result.hr_docs.append(doc)
@@ -217,6 +230,7 @@ def _calls(db: Db) -> list[tuple[str, str, tuple[Any, ...]]]:
         ("search_filters", "SELECT * FROM kb.search_filters(%s::jsonb)", (hr,)),
         ("search_query", "SELECT * FROM kb.search_query(%s)", (f'"{w}" -layoffs',)),
         ("term_impacts", "SELECT * FROM kb.term_impacts(to_tsvector(%s))", (w,)),
+        ("keyword_backend_status", "SELECT kb.keyword_backend_status()", ()),
     ]  # fmt: skip
 
 
@@ -282,6 +296,9 @@ def test_the_oracle_covers_every_function_a_reader_may_call(db: Db) -> None:
 
 
 def test_a_reader_learns_nothing_of_a_word_in_another_collection(db: Db) -> None:
+    with psycopg.connect(db.reader_url) as conn:
+        serving = conn.execute("SELECT kb.keyword_backend_status() ->> 'backend'").fetchone()
+    assert serving == (db.backend,)  # the backend under test serves the reader
     calls = _calls(db)
     seen = _run_states(db, db.reader_url)
     assert _differences(seen, calls) == []

@@ -26,3 +26,5 @@ $$;
 
 COMMENT ON FUNCTION kb.hnsw_ef_search(integer, integer, integer) IS
 'The hnsw.ef_search of a search through a model''s index: ef_search if given, else max(the index''s recorded ef_search (kb.vector_indexes; 200 without a record), 2 * match_count), within 40..1000.';
+
+REVOKE ALL ON FUNCTION kb.hnsw_ef_search(integer, integer, integer) FROM PUBLIC;

@@ -10,8 +10,9 @@
 -- kb.hnsw_parameters gives for the number of embeddings it was built for (what
 -- kb.resize_model_index compares, with today's count, to decide a rebuild). A model without an
 -- index (more than 2,000 dimensions, or a bulk load in progress) has NULL index columns. One row
--- per model, the active one first. SECURITY DEFINER, EXECUTE for kb_reader and kb_writer (what
--- `pgkb db status` shows; it names no document and counts no collection).
+-- per model, the active one first. SECURITY DEFINER, EXECUTE for kb_writer only (what
+-- `pgkb db status` shows the owner and the writers; a reader is not told how many embeddings
+-- the whole database held, its other collections' included).
 CREATE OR REPLACE FUNCTION kb.vector_index_status()
 RETURNS TABLE (
     model text,
@@ -49,9 +50,6 @@ COMMENT ON FUNCTION kb.vector_index_status() IS
 REVOKE ALL ON FUNCTION kb.vector_index_status() FROM PUBLIC;
 DO $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_reader') THEN
-        GRANT EXECUTE ON FUNCTION kb.vector_index_status() TO kb_reader;
-    END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_writer') THEN
         GRANT EXECUTE ON FUNCTION kb.vector_index_status() TO kb_writer;
     END IF;

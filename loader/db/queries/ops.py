@@ -218,6 +218,11 @@ SELECT 'embeddings_hnsw_model_' || m.id AS index_name
 """
 """The name of one model's HNSW index when it is missing (``MODELS_WITHOUT_INDEX`` for one
 model), no row when it exists or the model has more than 2,000 dims."""
+KEYWORD_BACKEND_STATUS = "SELECT kb.keyword_backend_status()"
+"""jsonb {setting, backend, reason, available, loaded, installed, indexes, collections}."""
+CREATE_PG_TEXTSEARCH = "CREATE EXTENSION IF NOT EXISTS pg_textsearch"
+BUILD_KEYWORD_INDEXES = "SELECT kb.build_keyword_indexes()"
+"""The missing bm25 index of each collection; returns how many were created."""
 VECTOR_INDEX_STATUS = """
 SELECT model, dims, is_active, index_name, m, ef_construction, ef_search, built_for, sized_by,
        built_at, tier_now
