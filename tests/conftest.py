@@ -25,7 +25,13 @@ import pytest
 
 from loader.settings import Settings, load_settings
 from tests import textsearch
-from tests.helpers import create_database, drop_database, migrate
+from tests.helpers import (
+    create_database,
+    drop_database,
+    migrate,
+    skip_without_pg_textsearch,
+    use_pg_textsearch,
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -142,6 +148,20 @@ def db_url(pg_url: str, template_db: str) -> Iterator[str]:
         yield url
     finally:
         drop_database(pg_url, name)
+
+
+@pytest.fixture(params=["sql", "pg_textsearch"])
+def keyword_backend(request: pytest.FixtureRequest, pg_url: str, db_url: str) -> str:
+    """Run the test once per keyword backend: ``sql`` (nothing installed: the SQL BM25) and
+    ``pg_textsearch`` (the extension and each collection's bm25 index in this test's database,
+    so kb.keyword_backend's auto picks it; skipped, with the reason, where it cannot run)."""
+    if request.param == "pg_textsearch":
+        skip_without_pg_textsearch(pg_url)
+        with psycopg.connect(db_url) as admin:
+            use_pg_textsearch(admin)
+            serving = admin.execute("SELECT kb.keyword_backend()").fetchone()
+        assert serving == ("pg_textsearch",)
+    return str(request.param)
 
 
 @pytest.fixture

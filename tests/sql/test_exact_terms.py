@@ -9,10 +9,13 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 from click.testing import CliRunner
 
 from loader.cli import cli
 from tests.helpers import load_chunks
+
+pytestmark = pytest.mark.usefixtures("keyword_backend")  # both keyword backends
 
 CHUNKS = [
     ("runtime-config-resource.html", "Resource Consumption > Memory",

@@ -105,6 +105,7 @@ def test_bm25_parameters_and_heading_weight(conn: psycopg.Connection[Any], golde
         assert [r["score"] for r in got] == sorted((r["score"] for r in got), reverse=True)
 
 
+@pytest.mark.usefixtures("keyword_backend")
 def test_or_semantics_for_questions(conn: psycopg.Connection[Any], golden: Corpus) -> None:
     # no chunk holds all these words; OR semantics still finds the ones holding some
     got = rows(
@@ -116,6 +117,7 @@ def test_or_semantics_for_questions(conn: psycopg.Connection[Any], golden: Corpu
     assert not any(r["strict_match"] for r in got)
 
 
+@pytest.mark.usefixtures("keyword_backend")
 @pytest.mark.parametrize(
     ("query", "first"),
     [
@@ -135,6 +137,7 @@ def test_exact_identifiers_find_their_chunk_first(
     assert got[0]["strict_match"]
 
 
+@pytest.mark.usefixtures("keyword_backend")
 def test_phrase_beats_scattered_words(conn: psycopg.Connection[Any], golden: Corpus) -> None:
     # "sort operations" as a phrase is in chunk 3 only; chunk 2 has 'operations' alone. Quoted
     # text is now a requirement (it was ranked first, with chunk 2 after it): chunk 2 is gone
@@ -148,6 +151,7 @@ def test_phrase_beats_scattered_words(conn: psycopg.Connection[Any], golden: Cor
     ]
 
 
+@pytest.mark.usefixtures("keyword_backend")
 def test_negated_words_exclude_chunks(conn: psycopg.Connection[Any], golden: Corpus) -> None:
     got = rows(conn, "SELECT chunk_id FROM kb.keyword_search('memory -maintenance')")
     assert [r["chunk_id"] for r in got] == [golden.ids[3]]
@@ -288,6 +292,7 @@ def test_vector_query_uses_the_models_hnsw_index(
 # --- fusion -----------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("keyword_backend")
 def test_rrf_fusion_golden(conn: psycopg.Connection[Any], golden: Corpus) -> None:
     q = [0.0, 0.6, 0.8]  # nearest: chunk 3 (1.0), chunk 4 (0.8), chunk 2 (0.6), ...
     text = "vacuum"  # keyword: chunks 4 and 2 (chunk 4 has 'vacuum' twice + heading)
