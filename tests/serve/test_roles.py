@@ -9,12 +9,15 @@ stale, remove) and is told which grant a search needs.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
 from loader.cli import cli
+from tests.helpers import skip_without_pg_textsearch, use_pg_textsearch
 from tests.serve_fixtures import ServeKb
 
 pytestmark = pytest.mark.model
@@ -34,7 +37,24 @@ def _one_error_line(result: Result) -> str:
     return result.stderr
 
 
-def test_a_reader_runs_every_read_command(serve_kb: ServeKb) -> None:
+@pytest.fixture(params=["sql", "pg_textsearch"])
+def backend(request: pytest.FixtureRequest, serve_kb: ServeKb) -> Iterator[str]:
+    """The shared knowledge base with either keyword backend: pg_textsearch's extension and
+    indexes created for the test and dropped after it (the other tests keep the SQL BM25)."""
+    if request.param == "sql":
+        yield "sql"
+        return
+    skip_without_pg_textsearch(serve_kb.pg_url)
+    with psycopg.connect(serve_kb.url) as conn:
+        use_pg_textsearch(conn)
+    try:
+        yield "pg_textsearch"
+    finally:
+        with psycopg.connect(serve_kb.url) as conn:
+            conn.execute("DROP EXTENSION pg_textsearch CASCADE")
+
+
+def test_a_reader_runs_every_read_command(serve_kb: ServeKb, backend: str) -> None:
     url = serve_kb.reader_url
     hits = json.loads(run(serve_kb, url, "search", FURNITURE, "--json").stdout)
     assert hits[0]["source_uri"].endswith("equipment.md")
@@ -81,6 +101,8 @@ def test_a_reader_runs_every_read_command(serve_kb: ServeKb) -> None:
     for key in ("documents", "chunks", "embeddings", "active_model", "schema_revision"):
         assert as_reader[key] == as_owner[key], key
     assert as_reader["documents"] == 5 and as_reader["access"].startswith("read")
+    # the backend under test served the reader's searches
+    assert as_reader["keyword_backend"].startswith(f"{backend} ("), as_reader
 
 
 def test_a_reader_is_told_which_grant_the_rest_needs(
