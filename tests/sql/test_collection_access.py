@@ -28,7 +28,13 @@ from psycopg import sql
 
 from loader.errors import SqlState
 from loader.ops.roles import grant, revoke
-from tests.helpers import create_database, drop_database, raises_code
+from tests.helpers import (
+    create_database,
+    drop_database,
+    raises_code,
+    skip_without_pg_textsearch,
+    use_pg_textsearch,
+)
 from tests.serve_fixtures import (
     PASSWORD,
     _create_role,
@@ -186,8 +192,12 @@ def _load(conn: psycopg.Connection[Any], kb: TwoKbs) -> None:
     conn.commit()
 
 
-@pytest.fixture(scope="module")
-def two_kbs(pg_url: str, template_db: str) -> Iterator[TwoKbs]:
+@pytest.fixture(scope="module", params=["sql", "pg_textsearch"])
+def two_kbs(pg_url: str, template_db: str, request: pytest.FixtureRequest) -> Iterator[TwoKbs]:
+    """The two collections, with either keyword backend (pg_textsearch: the extension and each
+    collection's bm25 index, so the searches' keyword leg runs on it)."""
+    if request.param == "pg_textsearch":
+        skip_without_pg_textsearch(pg_url)
     name = f"pgkb_access_{uuid.uuid4().hex[:8]}"
     role = f"hr_reader_{uuid.uuid4().hex[:6]}"
     url = create_database(pg_url, name, template=template_db)
@@ -196,6 +206,9 @@ def two_kbs(pg_url: str, template_db: str) -> Iterator[TwoKbs]:
         kb = TwoKbs(url, role_url(url, role), role)
         with psycopg.connect(url) as conn:
             _load(conn, kb)
+            if request.param == "pg_textsearch":
+                use_pg_textsearch(conn)
+                assert conn.execute("SELECT kb.keyword_backend()").fetchone() == ("pg_textsearch",)
             grant(conn, role, read=True, write=False, collections=["hr"])
         yield kb
     finally:
