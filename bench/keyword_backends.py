@@ -34,6 +34,7 @@ WORDS = 20000
 
 def load(url: str, chunks: int, collections: int) -> None:
     with psycopg.connect(url) as conn:
+        conn.execute(WORD_SQL)
         conn.execute(
             "INSERT INTO kb.collections (name) SELECT 'c' || g FROM generate_series(1, %s) g",
             (collections,),
@@ -52,9 +53,9 @@ def load(url: str, chunks: int, collections: int) -> None:
             INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha,
                                    token_count)
             SELECT d.id, i,
-                   (SELECT string_agg('w' || floor(exp(random() * ln(%(w)s)))::int, ' ')
+                   (SELECT string_agg(pg_temp.kb_word(floor(exp(random() * ln(%(w)s)))::int), ' ')
                       FROM generate_series(1, 2 + (d.n + i) %% 4)),
-                   (SELECT string_agg('w' || floor(exp(random() * ln(%(w)s)))::int, ' ')
+                   (SELECT string_agg(pg_temp.kb_word(floor(exp(random() * ln(%(w)s)))::int), ' ')
                       FROM generate_series(1, 60 + ((d.n * 7 + i * 13) %% 121))),
                    md5(d.id::text || i), 100
               FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM kb.documents) d
@@ -64,6 +65,25 @@ def load(url: str, chunks: int, collections: int) -> None:
         )
         conn.execute("ANALYZE")
         conn.commit()
+
+
+def word(n: int) -> str:
+    """The n-th word of the vocabulary, in letters only ('w' + n in base 26), as kb_word(n)."""
+    letters = ""
+    while True:
+        letters = chr(97 + n % 26) + letters
+        n //= 26
+        if n == 0:
+            return "w" + letters
+
+
+WORD_SQL = """
+CREATE FUNCTION pg_temp.kb_word(n integer) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    WITH RECURSIVE d(k, s) AS (SELECT n / 26, chr(97 + n % 26)
+                               UNION ALL SELECT k / 26, chr(97 + k % 26) || s FROM d WHERE k > 0)
+    SELECT 'w' || s FROM d WHERE k = 0
+$$
+"""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -102,10 +122,11 @@ def main() -> None:
     parser.add_argument("--collections", default="1,10,100")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--json", dest="json_out")
+    parser.add_argument("--keep", action="store_true", help="keep the databases (printed)")
     args = parser.parse_args()
     rng = random.Random(34)
     queries = [
-        " ".join(f"w{int(rng.paretovariate(0.35)) % WORDS}" for _ in range(rng.randint(1, 5)))
+        " ".join(word(int(rng.paretovariate(0.35)) % WORDS) for _ in range(rng.randint(1, 5)))
         for _ in range(args.queries)
     ]
     results = []
@@ -136,8 +157,11 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             results.append(row)
         finally:
-            with psycopg.connect(args.admin_url, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            if args.keep:
+                print(f"kept {url}", flush=True)
+            else:
+                with psycopg.connect(args.admin_url, autocommit=True) as admin:
+                    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(results, f, indent=2)

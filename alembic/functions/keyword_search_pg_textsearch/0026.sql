@@ -26,8 +26,10 @@
 -- the text's, without its -negated parts, tokenized by the index's configuration. Collections:
 -- the filters' (kb.search_filters: the caller's scope); every collection when NULL. Raises PK040
 -- when the extension or a collection's index is missing; otherwise never errors on any
--- query text. match_count is clamped to 1,000. Reads only (STABLE); owner only (EXECUTE through
--- kb.keyword_search).
+-- query text. match_count is clamped to 1,000. Collections without chunks
+-- (kb.collection_stats) are skipped. Sequential scans are off for the call (enable_seqscan):
+-- the planner would otherwise read every chunk to score a small collection's few rows instead
+-- of asking its index. Reads only (STABLE); owner only (EXECUTE through kb.keyword_search).
 CREATE OR REPLACE FUNCTION kb.keyword_search_pg_textsearch(
     query_text text,
     match_count integer DEFAULT 20,
@@ -49,6 +51,7 @@ STABLE
 PARALLEL SAFE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     q record;
@@ -89,7 +92,9 @@ BEGIN
     gin_query := coalesce(q.required, q.any_query);
     FOR coll IN
         SELECT c.name FROM kb.collections c
-         WHERE f.collections IS NULL OR c.name = ANY (f.collections)
+         WHERE (f.collections IS NULL OR c.name = ANY (f.collections))
+           AND EXISTS (SELECT 1 FROM kb.collection_stats s
+                        WHERE s.collection = c.name AND s.chunk_count > 0)
          ORDER BY c.name
     LOOP
         idx := kb.keyword_index_name(coll);
