@@ -121,3 +121,37 @@ def test_upgrade_creates_the_extension_and_an_index_per_collection(
     again = run(["db", "upgrade"], kb_env)
     assert "keyword backend: pg_textsearch (" in again.stderr
     assert default_index in _bm25_indexes(conn)
+
+
+def test_auto_serves_many_collections_at_once_with_the_sql_bm25(
+    pg_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    """Each collection is one index scan with a fixed cost (bench/keyword_backends.py: 100
+    collections took seconds): auto reads at most 4 non-empty collections with pg_textsearch."""
+    skip_without_pg_textsearch(pg_url)
+    conn.execute("CREATE EXTENSION pg_textsearch")
+    names = [f"team{i}" for i in range(5)]
+    for name in names:
+        conn.execute("INSERT INTO kb.collections (name) VALUES (%s)", (name,))
+        doc = conn.execute(
+            "INSERT INTO kb.documents (source_uri, title, content_sha, collection)"
+            " VALUES (%s, 'Guide', 'x', %s) RETURNING id",
+            (f"{name}/guide.md", name),
+        ).fetchone()[0]
+        conn.execute(
+            "INSERT INTO kb.chunks (document_id, chunk_index, content, content_sha, token_count)"
+            " VALUES (%s, 0, 'vacuum reclaims storage', 'x', 3)",
+            (doc,),
+        )
+    conn.execute("SELECT kb.build_keyword_indexes()")
+    conn.commit()
+    backend = "SELECT kb.keyword_backend(%s)"
+    assert conn.execute(backend, (None,)).fetchone() == ("sql",)  # five at once
+    assert conn.execute(backend, (names[:4],)).fetchone() == ("pg_textsearch",)
+    assert conn.execute(backend, (names[:1],)).fetchone() == ("pg_textsearch",)
+    status = conn.execute("SELECT kb.keyword_backend_status()").fetchone()[0]
+    assert status["backend"] == "sql" and "more than 4 collections" in status["reason"]
+    conn.execute("SET pgkb.keyword_backend = 'pg_textsearch'")  # forced: every collection
+    assert conn.execute(backend, (None,)).fetchone() == ("pg_textsearch",)
+    hits = conn.execute("SELECT count(*) FROM kb.keyword_search('vacuum')").fetchone()
+    assert hits == (5,)

@@ -10,7 +10,9 @@
 --   'pg_textsearch'  'pg_textsearch', or PK040 naming what is missing: the extension, or the
 --                    bm25 index of one of the collections (pgkb db upgrade creates them);
 --   'auto', '' or unset (the default): 'pg_textsearch' when the extension is installed in the
---                    database and every collection read has a valid bm25 index, else 'sql'.
+--                    database, every collection read has a valid bm25 index and the call reads
+--                    at most 4 collections holding chunks (each is one index scan with a fixed
+--                    cost: past a few the SQL BM25 is faster), else 'sql'.
 -- Any other value raises PK001. STABLE (reads the catalog and kb.collections).
 CREATE OR REPLACE FUNCTION kb.keyword_backend(collections text[] DEFAULT NULL)
 RETURNS text
@@ -22,6 +24,7 @@ AS $$
 DECLARE
     setting text := coalesce(nullif(current_setting('pgkb.keyword_backend', true), ''), 'auto');
     missing text;
+    searched integer;
 BEGIN
     IF setting NOT IN ('auto', 'sql', 'pg_textsearch') THEN
         RAISE EXCEPTION 'unknown keyword backend %; valid values are: auto, sql, pg_textsearch',
@@ -48,6 +51,17 @@ BEGIN
                         WHERE i.relname = kb.keyword_index_name(c.name)
                           AND i.relnamespace = 'kb'::pg_catalog.regnamespace
                           AND x.indisvalid);
+    IF setting = 'auto' THEN
+        -- each collection is one index scan, with a fixed cost each: past a few, the SQL BM25
+        -- (one pass over the candidates whatever their collections) is faster
+        SELECT count(*) INTO searched
+          FROM kb.collection_stats s
+         WHERE (keyword_backend.collections IS NULL OR s.collection = ANY (keyword_backend.collections))
+           AND s.chunk_count > 0;
+        IF searched > 4 THEN
+            RETURN 'sql';
+        END IF;
+    END IF;
     IF missing IS NOT NULL THEN
         IF setting = 'pg_textsearch' THEN
             RAISE EXCEPTION 'keyword backend pg_textsearch: collection % has no valid bm25 index (kb.%)',
@@ -62,6 +76,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.keyword_backend(text[]) IS
-'The keyword backend serving a call over these collections (NULL: all): sql, or pg_textsearch when pgkb.keyword_backend is pg_textsearch (PK040 if unavailable) or auto (the default) and the extension and every collection''s bm25 index exist.';
+'The keyword backend serving a call over these collections (NULL: all): sql, or pg_textsearch when pgkb.keyword_backend is pg_textsearch (PK040 if unavailable) or auto (the default) and the extension and every collection''s bm25 index exist and at most 4 non-empty collections are read.';
 
 REVOKE ALL ON FUNCTION kb.keyword_backend(text[]) FROM PUBLIC;
