@@ -93,6 +93,11 @@ CASES: dict[SqlState, tuple[list[str], str, str]] = {
         'SELECT * FROM kb.search_filters(\'{"collections": ["nope"]}\')',
         "no collection",
     ),
+    SqlState.KEYWORD_BACKEND_UNAVAILABLE: (
+        ["SET pgkb.keyword_backend = 'pg_textsearch'"],
+        "SELECT kb.keyword_backend()",
+        "extension is not installed",
+    ),
 }
 
 
