@@ -213,6 +213,33 @@ def _read_only_function_calls(
             "SELECT kb.table_rows('kb.documents')",
             lambda rows: rows == [(3,)],
         ),
+        # the vector index's size and the keyword backend, as pgkb db status shows them
+        "hnsw_parameters": (
+            "SELECT * FROM kb.hnsw_parameters(300000)",
+            lambda rows: rows == [(32, 128, 800, "large")],
+        ),
+        "hnsw_ef_search": (
+            "SELECT kb.hnsw_ef_search(m.id, 20) FROM kb.embedding_models m",
+            lambda rows: rows == [(200,)],
+        ),
+        "vector_index_status": (
+            "SELECT model, m, ef_search, sized_by FROM kb.vector_index_status()",
+            lambda rows: rows == [(MODEL, 16, 200, "corpus")],
+        ),
+        "keyword_backend": ("SELECT kb.keyword_backend()", lambda rows: rows == [("sql",)]),
+        "keyword_backend_status": (
+            "SELECT kb.keyword_backend_status() ->> 'backend'",
+            lambda rows: rows == [("sql",)],
+        ),
+        "keyword_index_name": (
+            "SELECT kb.keyword_index_name('default')",
+            lambda rows: rows[0][0].startswith("chunks_bm25_default_"),
+        ),
+        # without the extension it serves nothing; a text without words returns before asking
+        "keyword_search_pg_textsearch": (
+            "SELECT count(*) FROM kb.keyword_search_pg_textsearch('')",
+            lambda rows: rows == [(0,)],
+        ),
         # what pgkb db status compares with shared_buffers (the owner's call)
         "search_relations": (
             "SELECT * FROM kb.search_relations()",
