@@ -11,7 +11,7 @@
 --                    bm25 index of one of the collections (pgkb db upgrade creates them);
 --   'auto', '' or unset (the default): 'pg_textsearch' when the extension is installed in the
 --                    database, every collection read has a valid bm25 index and the call reads
---                    at most 4 collections holding chunks (each is one index scan with a fixed
+--                    at most 2 collections holding chunks (each is one index scan with a fixed
 --                    cost: past a few the SQL BM25 is faster), else 'sql'.
 -- Any other value raises PK001. STABLE (reads the catalog and kb.collections).
 CREATE OR REPLACE FUNCTION kb.keyword_backend(collections text[] DEFAULT NULL)
@@ -58,7 +58,7 @@ BEGIN
           FROM kb.collection_stats s
          WHERE (keyword_backend.collections IS NULL OR s.collection = ANY (keyword_backend.collections))
            AND s.chunk_count > 0;
-        IF searched > 4 THEN
+        IF searched > 2 THEN
             RETURN 'sql';
         END IF;
     END IF;
@@ -76,6 +76,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.keyword_backend(text[]) IS
-'The keyword backend serving a call over these collections (NULL: all): sql, or pg_textsearch when pgkb.keyword_backend is pg_textsearch (PK040 if unavailable) or auto (the default) and the extension and every collection''s bm25 index exist and at most 4 non-empty collections are read.';
+'The keyword backend serving a call over these collections (NULL: all): sql, or pg_textsearch when pgkb.keyword_backend is pg_textsearch (PK040 if unavailable) or auto (the default) and the extension and every collection''s bm25 index exist and at most 2 non-empty collections are read.';
 
 REVOKE ALL ON FUNCTION kb.keyword_backend(text[]) FROM PUBLIC;

@@ -127,10 +127,10 @@ def test_auto_serves_many_collections_at_once_with_the_sql_bm25(
     pg_url: str, conn: psycopg.Connection[Any]
 ) -> None:
     """Each collection is one index scan with a fixed cost (bench/keyword_backends.py: 100
-    collections took seconds): auto reads at most 4 non-empty collections with pg_textsearch."""
+    collections took seconds): auto reads at most 2 non-empty collections with pg_textsearch."""
     skip_without_pg_textsearch(pg_url)
     conn.execute("CREATE EXTENSION pg_textsearch")
-    names = [f"team{i}" for i in range(5)]
+    names = [f"team{i}" for i in range(3)]
     for name in names:
         conn.execute("INSERT INTO kb.collections (name) VALUES (%s)", (name,))
         doc = conn.execute(
@@ -146,12 +146,12 @@ def test_auto_serves_many_collections_at_once_with_the_sql_bm25(
     conn.execute("SELECT kb.build_keyword_indexes()")
     conn.commit()
     backend = "SELECT kb.keyword_backend(%s)"
-    assert conn.execute(backend, (None,)).fetchone() == ("sql",)  # five at once
-    assert conn.execute(backend, (names[:4],)).fetchone() == ("pg_textsearch",)
+    assert conn.execute(backend, (None,)).fetchone() == ("sql",)  # three at once
+    assert conn.execute(backend, (names[:2],)).fetchone() == ("pg_textsearch",)
     assert conn.execute(backend, (names[:1],)).fetchone() == ("pg_textsearch",)
     status = conn.execute("SELECT kb.keyword_backend_status()").fetchone()[0]
-    assert status["backend"] == "sql" and "more than 4 collections" in status["reason"]
+    assert status["backend"] == "sql" and "more than 2 collections" in status["reason"]
     conn.execute("SET pgkb.keyword_backend = 'pg_textsearch'")  # forced: every collection
     assert conn.execute(backend, (None,)).fetchone() == ("pg_textsearch",)
     hits = conn.execute("SELECT count(*) FROM kb.keyword_search('vacuum')").fetchone()
-    assert hits == (5,)
+    assert hits == (3,)
