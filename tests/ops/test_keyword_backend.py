@@ -127,7 +127,8 @@ def test_auto_serves_many_collections_at_once_with_the_sql_bm25(
     pg_url: str, conn: psycopg.Connection[Any]
 ) -> None:
     """Each collection is one index scan with a fixed cost (bench/keyword_backends.py, in git at
-    ef48abf: 100 collections took seconds): auto reads at most 2 non-empty collections with pg_textsearch."""
+    ef48abf: 100 collections took seconds): auto reads at most 2 non-empty collections with
+    pg_textsearch."""
     skip_without_pg_textsearch(pg_url)
     conn.execute("CREATE EXTENSION pg_textsearch")
     names = [f"team{i}" for i in range(3)]
