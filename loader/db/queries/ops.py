@@ -111,6 +111,26 @@ SELECT c.id, %s, %s FROM kb.chunks c WHERE c.id = %s
     ON CONFLICT (chunk_id, model_id) DO NOTHING
 """
 
+TRAINING_PASSAGES = """
+SELECT chunk_id, document_id::text AS document_id, source_uri, title, heading_path, chunk_index,
+       content
+  FROM kb.training_passages(%s, %s)
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingPassage:
+    """A chunk as ``pgkb models tune`` reads it (``kb.training_passages``)."""
+
+    chunk_id: int
+    document_id: str
+    source_uri: str
+    title: str
+    heading_path: str
+    chunk_index: int
+    content: str
+
+
 # --- operations: index care (loader.ops.maintenance; autocommit, outside a transaction) --------
 
 KB_INDEXES = """

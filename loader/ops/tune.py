@@ -1,0 +1,394 @@
+"""``pgkb models tune``: fine-tune the active local model on the knowledge base's own text,
+compare it with the active one on the user's question sets, activate it only when it wins.
+
+1. read the passages (``kb.training_passages``) and build the training pairs
+   (:mod:`loader.ops.tune_pairs`): unlabelled from the corpus's structure, labelled from a
+   question file (``--pairs``) or a BEIR training split (``--beir``); every pair resembling a
+   question of the gate's sets is held out;
+2. train (:mod:`loader.ops.tune_train`) into a new model folder with its provenance; the folder
+   is named by a digest of the request, so the same request finds its model already trained;
+3. register the folder as a new model beside the active one and embed every chunk with it
+   (:func:`loader.ops.models.reembed`: committed batches, resumable);
+4. the gate: every question set run through the vector, keyword and hybrid retrievers with the
+   active model and with the tuned one; the tuned model is activated only when no set shows a
+   loss by the eval gate's rules (:func:`loader.evaluation.gate.compare`: no relevant document
+   leaving the top k, no summed per-question loss past the tolerance). Otherwise, or without
+   any question set, it stays registered and inactive, and the comparison is reported.
+
+A tuned model is a new model: its own name (its folder), its own vectors and index, never mixed
+with its base's. Until the gate activates it, the active model serves every search; an
+interruption at any step leaves it so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row
+
+from loader.db import queries
+from loader.db.session import connection
+from loader.errors import ConfigError, PgkbError
+from loader.evaluation.gate import Finding, compare, snapshot
+from loader.evaluation.harness import evaluate_questions
+from loader.evaluation.questions import load_questions
+from loader.ingest.chunking import Chunker
+from loader.ops.models import (
+    Model,
+    ProgressCallback,
+    ReembedReport,
+    activate,
+    add_model,
+    embed_text,
+    find_model,
+    list_models,
+    model_settings,
+    reembed,
+)
+from loader.ops.tune_pairs import (
+    Pair,
+    beir_pairs,
+    counts,
+    digest,
+    hold_out,
+    question_pairs,
+    structure_pairs,
+)
+from loader.ops.tune_train import TrainOptions, read_provenance, request_digest, train
+from loader.providers.embeddings import chunk_size, get_embedder
+from loader.providers.local import model_folder
+from loader.settings import Settings
+
+MIN_PAIRS = 8
+"""Fewer training pairs than this teach nothing: the command stops before training."""
+PAGE = 2000
+
+
+@dataclasses.dataclass
+class SetComparison:
+    """One question set run with the base and the tuned model."""
+
+    name: str
+    questions: int
+    base: dict[str, dict[str, float]]
+    tuned: dict[str, dict[str, float]]
+    findings: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.findings
+
+
+@dataclasses.dataclass
+class TuneReport:
+    base: str
+    model: str
+    folder: str
+    dims: int
+    trained: bool
+    """False: the folder held this request's model already (a re-run)."""
+    pairs: dict[str, int]
+    held_out: int
+    steps: int
+    seconds: float | None
+    peak_rss_mb: float | None
+    reembed: dict[str, Any] | None = None
+    sets: list[SetComparison] = dataclasses.field(default_factory=list)
+    activated: bool = False
+    verdict: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["sets"] = [{**dataclasses.asdict(s), "passed": s.passed} for s in self.sets]
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class PairSources:
+    """Where the training pairs come from."""
+
+    structure: bool | None = None
+    """Unlabelled pairs from the corpus; None: only when no labelled source is given."""
+    pairs_file: Path | None = None
+    beir_dir: Path | None = None
+    beir_split: str = "train"
+    beir_qrels: Path | None = None
+
+
+def read_passages(conn: psycopg.Connection[Any]) -> list[queries.TrainingPassage]:
+    """Every passage of the knowledge base (the connection's collections), by chunk id."""
+    found: list[queries.TrainingPassage] = []
+    after = 0
+    while True:
+        with conn.cursor(row_factory=class_row(queries.TrainingPassage)) as cur:
+            rows = cur.execute(queries.TRAINING_PASSAGES, (after, PAGE)).fetchall()
+        if not rows:
+            break
+        found += rows
+        after = rows[-1].chunk_id
+    conn.rollback()
+    return found
+
+
+def corpus_digest(passages: Sequence[queries.TrainingPassage]) -> str:
+    """sha256 over the passages' sources, places and texts, in a fixed order."""
+    hasher = hashlib.sha256()
+    for p in sorted(passages, key=lambda p: (p.source_uri, p.chunk_index)):
+        hasher.update(f"{p.source_uri}\x00{p.chunk_index}\x00".encode())
+        hasher.update(hashlib.sha256(p.content.encode()).digest())
+    return hasher.hexdigest()
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name.rstrip("/").rsplit("/", 1)[-1]).strip("-.")
+
+
+def build_pairs(
+    passages: Sequence[queries.TrainingPassage],
+    render: Callable[[queries.TrainingPassage], str],
+    sources: PairSources,
+    held_questions: Sequence[str],
+    *,
+    seed: int,
+) -> tuple[list[Pair], int, list[str]]:
+    """The training pairs of every source, held apart from ``held_questions``; the number
+    held out and the notes (sources naming no stored document) to show."""
+    labelled = sources.pairs_file is not None or sources.beir_dir is not None
+    structure = sources.structure if sources.structure is not None else not labelled
+    pairs: list[Pair] = []
+    notes: list[str] = []
+    if sources.pairs_file is not None:
+        found, missing = question_pairs(load_questions(sources.pairs_file), passages, render)
+        pairs += found
+        if missing:
+            notes.append(
+                f"{len(missing)} source(s) of {sources.pairs_file} name no stored document "
+                f"(their pairs are skipped): {', '.join(missing[:5])}"
+            )
+    if sources.beir_dir is not None:
+        found, _ = beir_pairs(
+            sources.beir_dir, split=sources.beir_split, qrels_file=sources.beir_qrels
+        )
+        pairs += found
+    if structure:
+        pairs += structure_pairs(passages, render, seed=seed)
+    kept, held = hold_out(pairs, held_questions)
+    return kept, held, notes
+
+
+def _renderer(settings: Settings) -> Callable[[queries.TrainingPassage], str]:
+    """What the model reads for a passage at search time (the chunker's prefix + content)."""
+    embedder = get_embedder(settings)
+    chunker = Chunker(
+        embedder,
+        chunk_size(settings, embedder),
+        settings.chunk_overlap,
+        embed_heading_path=settings.embed_heading_path,
+    )
+    return lambda p: embed_text(chunker, p.title, p.heading_path, p.content)
+
+
+def _base_model(conn: psycopg.Connection[Any]) -> Model:
+    active = next((m for m in list_models(conn) if m.is_active), None)
+    if active is None:
+        raise PgkbError(
+            "the knowledge base has no active embedding model to tune",
+            hint="pgkb ingest FOLDER first: it registers the configured model",
+        )
+    if active.provider != "local":
+        raise ConfigError(
+            f"the active model {active.name} is an API model ({active.provider}): only a local "
+            "(sentence-transformers) model can be tuned here",
+            hint="register and activate a local model first (pgkb models add NAME --provider "
+            "local), or tune where that model runs",
+        )
+    return active
+
+
+def _figures(report: dict[str, Any]) -> dict[str, dict[str, float]]:
+    return {
+        mode: {k: v for k, v in entry["overall"].items() if "@" in k}
+        for mode, entry in report["retrievers"].items()
+    }
+
+
+def _gate_snapshot(report: dict[str, Any]) -> dict[str, Any]:
+    """The eval gate's view of a report, retrieval only: the abstention verdicts use the
+    active model's similarity profile and rule, so they say nothing of another model until it
+    is active and recalibrated (``pgkb eval --calibrate``)."""
+    shot = snapshot(report, k=int(report["k"]), parameters={})
+    for row in shot["per_question"].values():
+        row.pop("abstain", None)
+    return shot
+
+
+def compare_sets(
+    base: Settings,
+    tuned: Settings,
+    question_files: Sequence[Path],
+    *,
+    k: int = 5,
+    progress: Callable[[str], None] | None = None,
+) -> list[SetComparison]:
+    """Every question set with the base and the tuned model, and the gate's findings."""
+    say = progress or (lambda _: None)
+    results = []
+    for file in question_files:
+        say(f"gate: {file} with the active model")
+        before = evaluate_questions(base, questions_file=file, corpus=None, k=k, ingest=False)
+        say(f"gate: {file} with the tuned model")
+        after = evaluate_questions(tuned, questions_file=file, corpus=None, k=k, ingest=False)
+        name = file.stem
+        findings: list[Finding] = compare(name, _gate_snapshot(before), _gate_snapshot(after))
+        results.append(
+            SetComparison(
+                name,
+                int(before["questions"]),
+                _figures(before),
+                _figures(after),
+                [f.message for f in findings if f.fails],
+            )
+        )
+    return results
+
+
+def tune(
+    settings: Settings,
+    sources: PairSources,
+    options: TrainOptions,
+    *,
+    question_files: Sequence[Path] = (),
+    output: Path | None = None,
+    progress: ProgressCallback | None = None,
+    say: Callable[[str], None] | None = None,
+) -> TuneReport:
+    """Tune the active local model on the knowledge base's text (and the labelled sources),
+    register and fill the result beside it, gate it on ``question_files`` and activate it
+    only when it loses on none of them."""
+    tell = say or (lambda _: None)
+    held_questions = [q.question for f in question_files for q in load_questions(f)]
+    with connection(settings) as conn:
+        base = _base_model(conn)
+        passages = read_passages(conn)
+    if not passages:
+        raise PgkbError(
+            "the knowledge base holds no passages to tune on",
+            hint="pgkb ingest FOLDER first (or check --collection)",
+        )
+    base_settings = model_settings(settings, base)
+    base_folder = model_folder(base.name)
+    pairs, held, notes = build_pairs(
+        passages, _renderer(base_settings), sources, held_questions, seed=options.seed
+    )
+    for note in notes:
+        tell(f"warning: {note}")
+    if len(pairs) < MIN_PAIRS:
+        raise PgkbError(
+            f"only {len(pairs)} training pair(s) could be built ({held} held out as eval "
+            f"questions): at least {MIN_PAIRS} are needed",
+            hint="ingest more text, or give labelled pairs (--pairs FILE, --beir DIR)",
+        )
+    pairs_digest = digest(pairs)
+    identity = {"name": base.name, "dims": base.dims, "config": dict(base.config)}
+    request = request_digest(identity, pairs_digest, options)
+    folder = output or settings.data_dir / "models" / f"{_slug(base.name)}-tuned-{request[:12]}"
+    folder = folder.expanduser().resolve()
+    tell(
+        f"{len(pairs)} training pairs ("
+        + ", ".join(f"{kind} {n}" for kind, n in counts(pairs).items())
+        + f"); {held} held out as eval questions; {options.steps(len(pairs))} steps"
+    )
+    provenance = read_provenance(folder)
+    trained = False
+    if provenance is None or provenance.get("request", {}).get("digest") != request:
+        provenance = train(
+            base_folder,
+            pairs,
+            folder,
+            options,
+            provenance={
+                "format": 1,
+                "request": {"digest": request},
+                "base_model": identity,
+                "base_folder": str(base_folder),
+                "corpus_digest": corpus_digest(passages),
+                "passages": len(passages),
+                "pairs": {
+                    "count": len(pairs),
+                    "kinds": counts(pairs),
+                    "digest": pairs_digest,
+                    "held_out": held,
+                    "sources": _source_names(sources),
+                },
+            },
+            query_prompt=base_settings.embedding_query_prompt or "",
+            document_prompt=base_settings.embedding_document_prompt or "",
+            progress=progress,
+        )
+        trained = True
+    else:
+        tell(f"{folder} holds this request's tuned model already: not trained again")
+    training = provenance.get("training") or {}
+    report = TuneReport(
+        base=base.name,
+        model=str(folder),
+        folder=str(folder),
+        dims=base.dims,
+        trained=trained,
+        pairs=counts(pairs),
+        held_out=held,
+        steps=int(provenance.get("steps") or 0),
+        seconds=training.get("seconds"),
+        peak_rss_mb=training.get("peak_rss_mb"),
+    )
+    with connection(settings) as conn:
+        registered = any(m.name == str(folder) and m.dims == base.dims for m in list_models(conn))
+        if not registered:
+            add_model(
+                conn,
+                str(folder),
+                base.dims,
+                "local",
+                max_input_tokens=base.config.get("max_input_tokens"),
+                query_prompt=base_settings.embedding_query_prompt,
+                document_prompt=base_settings.embedding_document_prompt,
+            )
+    filled: ReembedReport = reembed(settings, str(folder), dims=base.dims, progress=progress)
+    report.reembed = filled.to_dict()
+    with connection(settings) as conn:
+        tuned_model = find_model(conn, str(folder), base.dims)
+    tuned_settings = model_settings(settings, tuned_model)
+    report.sets = compare_sets(base_settings, tuned_settings, question_files, progress=tell)
+    if not question_files:
+        report.verdict = (
+            "no question set to gate it (--questions FILE): left inactive; compare with "
+            f"`pgkb eval --model {folder}` and activate by hand"
+        )
+    elif all(s.passed for s in report.sets):
+        with connection(settings) as conn:
+            activate(conn, str(folder), base.dims)
+        report.activated = True
+        report.verdict = f"no loss on {len(report.sets)} question set(s): activated"
+    else:
+        lost = [s.name for s in report.sets if not s.passed]
+        report.verdict = f"it loses on {', '.join(lost)}: left inactive, {base.name} stays active"
+    return report
+
+
+def _source_names(sources: PairSources) -> list[str]:
+    labelled = sources.pairs_file is not None or sources.beir_dir is not None
+    names = []
+    if sources.pairs_file is not None:
+        names.append(f"pairs:{sources.pairs_file.name}")
+    if sources.beir_dir is not None:
+        qrels = sources.beir_qrels.name if sources.beir_qrels else sources.beir_split
+        names.append(f"beir:{sources.beir_dir.name}:{qrels}")
+    if sources.structure or (sources.structure is None and not labelled):
+        names.append("structure")
+    return names

@@ -1,0 +1,266 @@
+"""Training pairs for ``pgkb models tune``: (anchor, positive) texts a contrastive loss with
+in-batch negatives pulls together.
+
+Without labels, from the knowledge base's own structure and text (:func:`structure_pairs`):
+
+- ``heading``: a section's heading path (``Title > Section > Subsection``) with the section's
+  first passage;
+- ``title``: a document's title with its lead (its first passage);
+- ``span``: the inverse cloze task, a sentence of a passage (or, without one of a usable length,
+  a run of words, as ``kb.pseudo_queries`` takes them) with the passage it was cut from, the
+  sentence removed, so the model learns what a passage is about rather than to match words.
+
+With labels (:func:`question_pairs`, :func:`beir_pairs`): a question with its source document's
+passage that shares most of its words, and a BEIR query with each document judged relevant.
+
+Pairs are deduplicated (:func:`dedupe`), ambiguous anchors (one heading path over several
+passages) dropped, and every pair whose anchor is, contains or resembles an eval question is
+held out (:func:`hold_out`), so the gate that decides activation is never run on what the model
+was trained on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from loader.db.queries import TrainingPassage
+from loader.evaluation.beir import load_beir
+from loader.evaluation.questions import Question, source_matches
+
+Render = Callable[[TrainingPassage], str]
+"""The text the model reads for a stored passage (its title and heading prefix, then content)."""
+
+MIN_PASSAGE_WORDS = 12
+"""A positive shorter than this says too little to be learned from."""
+SPAN_MIN_WORDS, SPAN_MAX_WORDS = 6, 40
+"""The length of a sentence the inverse cloze task takes as its anchor."""
+SPAN_PASSAGE_WORDS = 30
+"""Passages shorter than this give no span (what is left would be too little)."""
+WINDOW_WORDS = 10
+"""A span without a usable sentence: this many consecutive words (as ``kb.pseudo_queries``)."""
+SIMILAR = 0.6
+"""Word-set Jaccard similarity from which an anchor counts as an eval question (held out)."""
+
+_WORD = re.compile(r"[a-z0-9]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    anchor: str
+    positive: str
+    kind: str
+    """``heading``, ``title``, ``span`` (unlabelled), ``labelled`` (--pairs), ``beir``."""
+
+
+def normalise(text: str) -> str:
+    """Lower case words joined by single spaces: what two texts must share to be "the same"."""
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+def _pick(seed: int, key: str, count: int) -> int:
+    """A position in ``range(count)`` fixed by ``seed`` and ``key`` (same corpus, same pairs)."""
+    digest = hashlib.sha256(f"pgkb-tune:{seed}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % count
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
+
+
+def _span(passage: TrainingPassage, seed: int) -> tuple[str, str] | None:
+    """(anchor, the content without it) for the inverse cloze task, or None."""
+    content = passage.content.strip()
+    if len(_words(content)) < SPAN_PASSAGE_WORDS:
+        return None
+    sentences = _sentences(content)
+    usable = [
+        i for i, s in enumerate(sentences) if SPAN_MIN_WORDS <= len(_words(s)) <= SPAN_MAX_WORDS
+    ]
+    if len(sentences) > 1 and usable:
+        index = usable[_pick(seed, f"span:{passage.chunk_id}", len(usable))]
+        rest = " ".join(s for i, s in enumerate(sentences) if i != index)
+        return sentences[index], rest
+    words = _words(content)
+    first = _pick(seed, f"window:{passage.chunk_id}", len(words) - WINDOW_WORDS)
+    anchor = " ".join(words[first : first + WINDOW_WORDS])
+    rest = " ".join(words[:first] + words[first + WINDOW_WORDS :])
+    return anchor, rest
+
+
+def _titled(passage: TrainingPassage) -> str:
+    """``Title > Section > ...``: the document title before its heading path (once)."""
+    path = [p for p in passage.heading_path.split(" > ") if p.strip()]
+    title = passage.title.strip()
+    if title and (not path or normalise(path[0]) != normalise(title)):
+        path.insert(0, title)
+    return " > ".join(path)
+
+
+def structure_pairs(
+    passages: Iterable[TrainingPassage], render: Render, *, seed: int = 0
+) -> list[Pair]:
+    """The unlabelled pairs of a knowledge base's passages (any order): heading path with its
+    section's first passage, title with lead, and a span of each passage with the rest of it
+    (rendered as the model reads it at search time). Deduplicated; ambiguous anchors dropped."""
+    by_document: dict[str, list[TrainingPassage]] = defaultdict(list)
+    for passage in passages:
+        by_document[passage.document_id].append(passage)
+    pairs: list[Pair] = []
+    for document_id in sorted(by_document):
+        chunks = sorted(by_document[document_id], key=lambda p: p.chunk_index)
+        lead = chunks[0]
+        if lead.title.strip() and len(_words(lead.content)) >= MIN_PASSAGE_WORDS:
+            pairs.append(Pair(lead.title.strip(), lead.content.strip(), "title"))
+        seen_paths: set[str] = set()
+        for passage in chunks:
+            path = passage.heading_path.strip()
+            if path and path not in seen_paths:
+                seen_paths.add(path)
+                if len(_words(passage.content)) >= MIN_PASSAGE_WORDS:
+                    pairs.append(Pair(_titled(passage), passage.content.strip(), "heading"))
+            span = _span(passage, seed)
+            if span is not None:
+                anchor, rest = span
+                cut = dataclasses.replace(passage, content=rest)
+                pairs.append(Pair(anchor, render(cut), "span"))
+    return drop_ambiguous(dedupe(pairs))
+
+
+def dedupe(pairs: Iterable[Pair]) -> list[Pair]:
+    """The pairs without repeats (same anchor and positive, up to case and punctuation) and
+    without pairs whose anchor is its own positive; first occurrence kept, order kept."""
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for pair in pairs:
+        anchor, positive = normalise(pair.anchor), normalise(pair.positive)
+        if not anchor or not positive or anchor == positive or (anchor, positive) in seen:
+            continue
+        seen.add((anchor, positive))
+        kept.append(pair)
+    return kept
+
+
+def drop_ambiguous(pairs: Sequence[Pair]) -> list[Pair]:
+    """Without the unlabelled pairs whose anchor comes with several positives (a title shared
+    by many pages, a generic heading): the loss would push each positive away from the others'
+    anchor, which is the same text. Labelled pairs keep their several sources."""
+    positives: dict[str, set[str]] = defaultdict(set)
+    for pair in pairs:
+        positives[normalise(pair.anchor)].add(normalise(pair.positive))
+    return [
+        p
+        for p in pairs
+        if p.kind in ("labelled", "beir") or len(positives[normalise(p.anchor)]) == 1
+    ]
+
+
+def _resembles(anchor: set[str], question: set[str]) -> bool:
+    if not anchor or not question:
+        return False
+    return len(anchor & question) / len(anchor | question) >= SIMILAR
+
+
+def hold_out(pairs: Sequence[Pair], questions: Iterable[str]) -> tuple[list[Pair], int]:
+    """``pairs`` without those whose anchor is an eval question, contains one, is contained in
+    one (four words or more), or shares :data:`SIMILAR` of its words with one; and the number
+    held out."""
+    texts = [normalise(q) for q in questions]
+    texts = [t for t in texts if t]
+    if not texts:
+        return list(pairs), 0
+    word_sets = [set(t.split()) for t in texts]
+    postings: dict[str, list[int]] = defaultdict(list)
+    for index, words in enumerate(word_sets):
+        for word in words:
+            postings[word].append(index)
+    exact = set(texts)
+    kept, dropped = [], 0
+    for pair in pairs:
+        anchor = normalise(pair.anchor)
+        words = set(anchor.split())
+        candidates = Counter(i for w in words for i in postings.get(w, ()))
+        held = anchor in exact or any(
+            _resembles(words, word_sets[i])
+            or (len(words) >= 4 and f" {anchor} " in f" {texts[i]} ")
+            or (len(word_sets[i]) >= 4 and f" {texts[i]} " in f" {anchor} ")
+            for i in candidates
+        )
+        if held:
+            dropped += 1
+        else:
+            kept.append(pair)
+    return kept, dropped
+
+
+def question_pairs(
+    questions: Iterable[Question], passages: Sequence[TrainingPassage], render: Render
+) -> tuple[list[Pair], list[str]]:
+    """Labelled pairs (``--pairs FILE``, the eval's question format): each answerable question
+    with, for each of its sources, the passage of that document sharing most of the question's
+    words (the first one on a tie). Also the sources that name no stored document."""
+    by_basename: dict[str, list[TrainingPassage]] = defaultdict(list)
+    for passage in passages:
+        by_basename[passage.source_uri.replace("\\", "/").rsplit("/", 1)[-1]].append(passage)
+    pairs, missing = [], []
+    for question in questions:
+        if not question.answerable:
+            continue
+        words = set(normalise(question.question).split())
+        for source in question.sources:
+            name = source.replace("\\", "/").rsplit("/", 1)[-1]
+            found = [p for p in by_basename.get(name, ()) if source_matches(source, p.source_uri)]
+            if not found:
+                missing.append(source)
+                continue
+            best = max(
+                sorted(found, key=lambda p: (p.source_uri, p.chunk_index)),
+                key=lambda p: len(words & set(normalise(p.content).split())),
+            )
+            pairs.append(Pair(question.question, render(best), "labelled"))
+    return dedupe(pairs), sorted(set(missing))
+
+
+def beir_pairs(
+    folder: Path, *, split: str = "train", qrels_file: Path | None = None
+) -> tuple[list[Pair], int]:
+    """Labelled pairs of a BEIR dataset: each judged query (grade above 0) with the title and
+    text of each document judged relevant; also the number of judged queries."""
+    dataset = load_beir(folder, split, qrels_file)
+    wanted = {doc for judged in dataset.qrels.values() for doc, grade in judged.items() if grade}
+    texts = {}
+    for document in dataset.documents():
+        if document.id in wanted:
+            title = document.title.strip()
+            texts[document.id] = f"{title}\n\n{document.text}" if title else document.text
+    pairs = [
+        Pair(dataset.queries[qid], texts[doc], "beir")
+        for qid in sorted(dataset.qrels)
+        if qid in dataset.queries
+        for doc, grade in sorted(dataset.qrels[qid].items())
+        if grade > 0 and doc in texts
+    ]
+    return dedupe(pairs), len(dataset.qrels)
+
+
+def digest(pairs: Iterable[Pair]) -> str:
+    """sha256 of the pairs in order: what the model was trained on, in one value."""
+    hasher = hashlib.sha256()
+    for pair in pairs:
+        hasher.update(pair.kind.encode() + b"\x00" + pair.anchor.encode() + b"\x00")
+        hasher.update(pair.positive.encode() + b"\x01")
+    return hasher.hexdigest()
+
+
+def counts(pairs: Iterable[Pair]) -> dict[str, int]:
+    """The number of pairs of each kind."""
+    return dict(sorted(Counter(p.kind for p in pairs).items()))

@@ -1,0 +1,254 @@
+"""Fine-tuning a local sentence-transformers model on training pairs, on the CPU.
+
+:func:`train` runs sentence-transformers' trainer with ``MultipleNegativesRankingLoss`` (each
+anchor against its positive and every other positive of the batch: the contrastive loss with
+in-batch negatives; batches never hold the same text twice, so no false negative), seeded, for
+a bounded number of steps, writing checkpoints so that an interrupted run resumes. The result is
+saved into a new folder with ``pgkb-tune.json``, its provenance: base model, corpus digest,
+pairs, steps, seed, library versions. The folder appears whole or not at all (written beside
+it, then renamed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import logging
+import math
+import os
+import resource
+import shutil
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from loader.errors import ConfigError, PgkbError
+from loader.ops.tune_pairs import Pair
+
+log = logging.getLogger(__name__)
+
+PROVENANCE = "pgkb-tune.json"
+"""The file of a tuned model's folder that says how it was made."""
+LOSS = "MultipleNegativesRankingLoss"
+
+StepProgress = Callable[[str, dict[str, Any]], None]
+"""``progress(event, info)``: ``train-start`` (steps, pairs), ``train-step`` (step)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+    seed: int = 0
+    epochs: int = 1
+    max_steps: int = 1000
+    """At most this many optimizer steps (the bound on time), whatever the epochs say."""
+    batch_size: int = 32
+    learning_rate: float = 2e-5
+    max_seq_length: int = 128
+    """Tokens read of each text while training (the bound on memory with the batch size); the
+    saved model keeps the base's own input limit."""
+    warmup_ratio: float = 0.1
+
+    def steps(self, pairs: int) -> int:
+        """Optimizer steps for ``pairs`` pairs: the epochs' worth, at most ``max_steps``."""
+        per_epoch = max(1, math.ceil(pairs / self.batch_size))
+        return min(self.max_steps, per_epoch * self.epochs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def library_versions() -> dict[str, str]:
+    """The versions of what shaped the weights (and of pgkb itself)."""
+    found = {}
+    for name in ("pgkb", "sentence-transformers", "transformers", "torch", "datasets"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def request_digest(base: Mapping[str, Any], pairs_digest: str, options: TrainOptions) -> str:
+    """sha256 of what decides the weights: the base model, the pairs, the options."""
+    blob = json.dumps(
+        {"base": dict(base), "pairs": pairs_digest, "options": options.to_dict()},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def read_provenance(folder: Path) -> dict[str, Any] | None:
+    """The provenance of a tuned model's folder (None when it is not one, or incomplete)."""
+    try:
+        data: object = json.loads((folder / PROVENANCE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory (Linux reports kilobytes, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
+
+
+def _training_libraries() -> None:
+    """The trainer's own dependencies, or a clear error naming the extra that brings them."""
+    missing = []
+    for module in ("datasets", "accelerate"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise ConfigError(
+            f"pgkb models tune needs {' and '.join(missing)} (sentence-transformers' trainer)",
+            hint="pip install 'pgkb[tune]'",
+        )
+
+
+def train(
+    base_folder: Path,
+    pairs: Sequence[Pair],
+    output: Path,
+    options: TrainOptions,
+    *,
+    provenance: Mapping[str, Any],
+    query_prompt: str = "",
+    document_prompt: str = "",
+    progress: StepProgress | None = None,
+) -> dict[str, Any]:
+    """Fine-tune the model in ``base_folder`` on ``pairs`` and save it into ``output`` (which
+    must not exist) with its provenance (``provenance`` plus the training's own figures);
+    returns the provenance written. Checkpoints go to ``<output>.partial``; an interrupted run
+    with the same request resumes from the newest one there."""
+    _training_libraries()
+    import torch
+    from datasets import Dataset
+    from datasets.utils.logging import disable_progress_bar
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+
+    try:  # sentence-transformers 6
+        from sentence_transformers.base.sampler import BatchSamplers
+        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    except ImportError:  # 3 to 5
+        from sentence_transformers.losses import (  # type: ignore[no-redef]
+            MultipleNegativesRankingLoss,
+        )
+        from sentence_transformers.training_args import BatchSamplers  # type: ignore[no-redef]
+    from transformers import TrainerCallback
+    from transformers.utils import logging as hf_logging
+
+    if output.exists():
+        raise PgkbError(
+            f"the tuned model folder {output} exists already",
+            hint="pass another --output, or remove the folder",
+        )
+    steps = options.steps(len(pairs))
+    work = output.with_name(output.name + ".partial")
+    request = dict(provenance.get("request") or {})
+    marker = work / "request.json"
+    if work.exists() and (not marker.is_file() or json.loads(marker.read_text()) != request):
+        shutil.rmtree(work)  # another request's leftovers: start afresh
+    work.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(request, sort_keys=True), encoding="utf-8")
+    checkpoints = work / "checkpoints"
+    resume = checkpoints.is_dir() and any(checkpoints.glob("checkpoint-*"))
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    disable_progress_bar()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    torch.manual_seed(options.seed)
+    model = SentenceTransformer(str(base_folder), device="cpu", local_files_only=True)
+    saved_length = model.max_seq_length
+    model.max_seq_length = min(int(saved_length or options.max_seq_length), options.max_seq_length)
+    # a widget example already set: the trainer does not scan the pairs for one (with a bar)
+    model.model_card_data.widget = [{"text": "pgkb"}]
+    data = Dataset.from_dict(
+        {"anchor": [p.anchor for p in pairs], "positive": [p.positive for p in pairs]}
+    )
+    prompts = {
+        column: prompt
+        for column, prompt in (("anchor", query_prompt), ("positive", document_prompt))
+        if prompt
+    }
+    arguments = SentenceTransformerTrainingArguments(
+        output_dir=str(checkpoints),
+        seed=options.seed,
+        data_seed=options.seed,
+        num_train_epochs=options.epochs,
+        max_steps=steps,
+        per_device_train_batch_size=options.batch_size,
+        learning_rate=options.learning_rate,
+        warmup_steps=math.ceil(options.warmup_ratio * steps),
+        batch_sampler=BatchSamplers.NO_DUPLICATES,
+        prompts=prompts or None,
+        use_cpu=True,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=False,
+        logging_strategy="no",
+        save_strategy="steps",
+        save_steps=max(10, math.ceil(steps / 5)),
+        save_total_limit=1,
+        report_to="none",
+        disable_tqdm=True,
+    )
+
+    class _Steps(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if progress:
+                progress("train-step", {"step": int(state.global_step), "steps": steps})
+
+    started = time.monotonic()
+    if progress:
+        progress("train-start", {"steps": steps, "pairs": len(pairs), "resume": resume})
+    with warnings.catch_warnings():
+        # the trainer's own deprecation notes about its dependencies: nothing a user can act on
+        warnings.simplefilter("ignore")
+        trainer = SentenceTransformerTrainer(
+            model=model,
+            args=arguments,
+            train_dataset=data,
+            loss=MultipleNegativesRankingLoss(model),
+            callbacks=[_Steps()],
+        )
+        trainer.train(resume_from_checkpoint=True if resume else None)
+    seconds = round(time.monotonic() - started, 1)
+    model.max_seq_length = saved_length
+    staged = work / "model"
+    if staged.exists():
+        shutil.rmtree(staged)
+    model.save(str(staged), create_model_card=False)
+    written = {
+        **provenance,
+        "steps": steps,
+        "pairs_trained": len(pairs),
+        "training": {
+            **options.to_dict(),
+            "loss": LOSS,
+            "batch_sampler": "no_duplicates",
+            "prompts": prompts,
+            "resumed": resume,
+            "seconds": seconds,
+            "peak_rss_mb": _peak_rss_mb(),
+            "threads": torch.get_num_threads(),
+            "cpus": os.cpu_count(),
+        },
+        "libraries": library_versions(),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    (staged / PROVENANCE).write_text(json.dumps(written, indent=2) + "\n", encoding="utf-8")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staged.rename(output)
+    shutil.rmtree(work, ignore_errors=True)
+    return written
