@@ -147,6 +147,7 @@ def train(
         )
         from sentence_transformers.training_args import BatchSamplers  # type: ignore[no-redef]
     from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
     from transformers.utils import logging as hf_logging
 
     if output.exists():
@@ -222,6 +223,7 @@ def train(
             loss=MultipleNegativesRankingLoss(model),
             callbacks=[_Steps()],
         )
+        trainer.remove_callback(PrinterCallback)  # its summary would go to stdout (--json)
         trainer.train(resume_from_checkpoint=True if resume else None)
     seconds = round(time.monotonic() - started, 1)
     model.max_seq_length = saved_length

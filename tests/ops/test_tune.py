@@ -1,0 +1,240 @@
+"""pgkb models tune end to end in the embedded database, with a tiny model the test builds:
+train, register, re-embed beside the active model, gate, activate only without a loss; an
+interrupted tune leaves the active model serving and resumes."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from loader.cli import cli
+from loader.db.connect import connect
+from loader.evaluation.harness import evaluate_questions
+from loader.ingest.pipeline import ingest_paths
+from loader.ops.models import find_model, model_settings
+from loader.ops.tune import PairSources, tune
+from loader.ops.tune_train import PROVENANCE, TrainOptions
+from loader.settings import Settings, load_settings
+from tests.tiny_models import WORDS, build_sentence_model
+
+VOCAB = [w for w in WORDS if len(w) > 3]
+OPTIONS = TrainOptions(
+    seed=0, epochs=3, max_steps=12, batch_size=8, learning_rate=5e-3, max_seq_length=32
+)
+
+
+@pytest.fixture
+def tiny_kb(db_url: str, tmp_path: Path) -> Settings:
+    """16 documents of the tiny model's words, each a title and two sections, ingested with a
+    tiny local model (the active one)."""
+    folder = build_sentence_model(tmp_path / "tiny", max_seq_length=64)
+    root = tmp_path / "docs"
+    root.mkdir()
+    rng = random.Random(7)
+    for i in range(16):
+        title = " ".join(rng.sample(VOCAB, 2)).title()
+        sentences = [" ".join(rng.sample(VOCAB, 8)).capitalize() + "." for _ in range(6)]
+        heads = rng.sample(VOCAB, 2)
+        (root / f"doc{i:02}.md").write_text(
+            f"# {title}\n\n## {heads[0].title()} notes\n\n{' '.join(sentences[:3])}\n\n"
+            f"## {heads[1].title()} notes\n\n{' '.join(sentences[3:])}\n"
+        )
+    settings = load_settings(
+        env={},
+        database_url=db_url,
+        data_dir=str(tmp_path / "data"),
+        embedding_provider="local",
+        embedding_model=str(folder),
+        embedding_dims=32,
+        embedding_batch_size=4,  # reembed commits 16 chunks at a time
+        chunk_overlap=0,
+    )
+    assert ingest_paths(settings, [root]).exit_code == 0
+    return settings
+
+
+def _models(settings: Settings) -> dict[str, tuple[bool, int]]:
+    conn = connect(str(settings.database_url))
+    try:
+        rows = conn.execute("SELECT name, is_active, missing FROM kb.models()").fetchall()
+    finally:
+        conn.close()
+    return {name: (active, missing) for name, active, missing in rows}
+
+
+def _ranks(report: dict[str, Any]) -> dict[str, dict[str, dict[str, int | None]]]:
+    return {
+        row["id"]: {mode: row[mode]["ranks"] for mode in ("vector", "keyword", "hybrid")}
+        for row in report["per_question"]
+    }
+
+
+def _write(path: Path, questions: list[dict[str, Any]]) -> Path:
+    path.write_text(json.dumps(questions))
+    return path
+
+
+def test_tune_gate_refuses_a_loss_and_activates_without_one(
+    tiny_kb: Settings, tmp_path: Path
+) -> None:
+    settings = tiny_kb
+    base = settings.embedding_model
+
+    # without a question set: trained, registered, filled, left inactive
+    report = tune(settings, PairSources(), OPTIONS)
+    assert report.trained and not report.activated
+    assert "no question set" in report.verdict
+    tuned = report.model
+    assert tuned != base and Path(tuned).is_dir()
+    assert _models(settings) == {base: (True, 0), tuned: (False, 0)}
+    provenance = json.loads((Path(tuned) / PROVENANCE).read_text())
+    assert provenance["base_model"]["name"] == base
+    assert provenance["training"]["seed"] == 0
+    assert provenance["steps"] == report.steps == OPTIONS.steps(provenance["pairs"]["count"])
+    assert provenance["pairs"]["count"] == sum(report.pairs.values()) > 24
+    assert set(provenance["pairs"]["kinds"]) == {"title", "heading", "span"}
+    assert len(provenance["corpus_digest"]) == 64
+    assert {"sentence-transformers", "transformers", "torch"} <= set(provenance["libraries"])
+
+    # questions of random words, each answered (by construction) by the base model's first
+    # vector hit; then the questions the tuned model loses from the top 5, and those it ranks
+    # exactly as the base does in every retriever
+    rng = random.Random(3)
+    texts = [" ".join(rng.sample(VOCAB, 3)) for _ in range(30)]
+    probe = _write(
+        tmp_path / "probe.json",
+        [
+            {"id": f"p{i}", "question": t, "kind": "paraphrase", "sources": ["none.md"]}
+            for i, t in enumerate(texts)
+        ],
+    )
+    with connect(str(settings.database_url)) as conn:
+        tuned_settings = model_settings(settings, find_model(conn, tuned))
+    first = evaluate_questions(settings, questions_file=probe, corpus=None, ingest=False)
+    sources = {r["id"]: Path(r["vector"]["top"][0]).name for r in first["per_question"]}
+    candidates = _write(
+        tmp_path / "candidates.json",
+        [
+            {"id": f"p{i}", "question": t, "kind": "paraphrase", "sources": [sources[f"p{i}"]]}
+            for i, t in enumerate(texts)
+        ],
+    )
+    before = _ranks(
+        evaluate_questions(settings, questions_file=candidates, corpus=None, ingest=False)
+    )
+    after = _ranks(
+        evaluate_questions(tuned_settings, questions_file=candidates, corpus=None, ingest=False)
+    )
+
+    def rank(ranks: dict[str, int | None]) -> int:
+        return next(iter(ranks.values())) or 99
+
+    lost = [q for q in before if rank(before[q]["vector"]) <= 5 < rank(after[q]["vector"])]
+    same = [q for q in before if before[q] == after[q]]
+    assert lost, "the tiny tune moved no question out of the vector top 5: nothing to refuse"
+    assert same, "the tiny tune moved every question: nothing to activate on"
+    every = json.loads(candidates.read_text())
+
+    losing = _write(tmp_path / "losing.json", [q for q in every if q["id"] in lost])
+    refused = tune(settings, PairSources(), OPTIONS, question_files=[losing])
+    assert not refused.trained  # the same request: the model is not trained again
+    assert not refused.activated
+    assert refused.sets[0].findings and "vector" in " ".join(refused.sets[0].findings)
+    assert "loses on losing" in refused.verdict
+    assert _models(settings) == {base: (True, 0), tuned: (False, 0)}
+
+    steady = _write(tmp_path / "steady.json", [q for q in every if q["id"] in same])
+    accepted = tune(settings, PairSources(), OPTIONS, question_files=[steady])
+    assert not accepted.trained and accepted.activated
+    assert accepted.sets[0].passed
+    assert _models(settings) == {base: (False, 0), tuned: (True, 0)}
+
+
+def test_gate_questions_are_held_out_of_the_training_pairs(
+    tiny_kb: Settings, tmp_path: Path, conn: psycopg.Connection[Any]
+) -> None:
+    title = conn.execute("SELECT title FROM kb.documents ORDER BY source_uri LIMIT 1").fetchone()
+    conn.rollback()
+    assert title is not None
+    questions = _write(
+        tmp_path / "q.json",
+        [{"id": "t", "question": title[0] + "?", "kind": "exact", "sources": ["doc00.md"]}],
+    )
+    plain = tune(tiny_kb, PairSources(), OPTIONS.__class__(max_steps=1, batch_size=8))
+    held = tune(
+        tiny_kb,
+        PairSources(),
+        OPTIONS.__class__(max_steps=1, batch_size=8),
+        question_files=[questions],
+    )
+    assert plain.held_out == 0
+    assert held.held_out >= 1
+    assert sum(held.pairs.values()) == sum(plain.pairs.values()) - held.held_out
+    assert held.model != plain.model  # other pairs: another model
+
+
+def test_interrupted_tune_leaves_the_active_model_and_resumes(tiny_kb: Settings) -> None:
+    settings = tiny_kb
+    base = settings.embedding_model
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    def stop_at(event: str, step: int) -> Any:
+        def progress(name: str, info: dict[str, Any]) -> None:
+            events.append((name, info))
+            if name == event and int(info.get("step", 1)) >= step:
+                raise KeyboardInterrupt
+
+        return progress
+
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C while training, past a checkpoint
+        tune(settings, PairSources(), OPTIONS, progress=stop_at("train-step", 11))
+    assert _models(settings) == {base: (True, 0)}  # nothing registered
+    folders = (settings.data_dir / "models").glob("*-tuned-*")
+    assert [f.name for f in folders if not f.name.endswith(".partial")] == []  # no model yet
+
+    events.clear()
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C while re-embedding
+        tune(settings, PairSources(), OPTIONS, progress=stop_at("batch", 1))
+    assert events[0] == (
+        "train-start",
+        {"steps": 12, "pairs": events[0][1]["pairs"], "resume": True},
+    )
+    models = _models(settings)
+    assert models[base] == (True, 0)
+    tuned = next(name for name in models if name != base)
+    assert not models[tuned][0] and models[tuned][1] > 0  # registered, half filled, inactive
+    result = CliRunner().invoke(
+        cli,
+        ["search", "vacuum table rows", "--json"],
+        env={
+            "PGKB_DATABASE_URL": str(settings.database_url),
+            "PGKB_DATA_DIR": str(settings.data_dir),
+            "PGKB_EMBEDDING_MODEL": base,
+            "PGKB_EMBEDDING_DIMS": "32",
+            "PGKB_CHUNK_OVERLAP": "0",
+        },
+    )
+    assert result.exit_code == 0, result.output  # the active model still serves
+    assert json.loads(result.stdout)
+
+    finished = tune(settings, PairSources(), OPTIONS)
+    assert not finished.trained and finished.model == tuned
+    assert finished.reembed is not None and finished.reembed["embedded"] == models[tuned][1]
+    assert _models(settings) == {base: (True, 0), tuned: (False, 0)}
+
+
+def test_tune_command_errors(cli_env: dict[str, str]) -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["models", "tune", "--qrels", "x.tsv"], env=cli_env)
+    assert result.exit_code == 2 and "--qrels needs --beir" in result.output
+    result = runner.invoke(cli, ["models", "tune", "--no-structure"], env=cli_env)
+    assert result.exit_code == 2 and "--no-structure leaves nothing" in result.output
+    result = runner.invoke(cli, ["models", "tune", "--questions", "missing.json"], env=cli_env)
+    assert result.exit_code == 2 and "missing.json does not exist" in result.output
+    assert "Traceback" not in result.output
