@@ -26,10 +26,12 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loader.errors import ConfigError, PgkbError
-from loader.ops.tune_pairs import Pair
+
+if TYPE_CHECKING:  # the command line reads TrainOptions' defaults without the database layer
+    from loader.ops.tune_pairs import Pair
 
 log = logging.getLogger(__name__)
 

@@ -55,3 +55,11 @@ def test_same_seed_same_model_and_provenance(tmp_path: Path) -> None:
     assert not (tmp_path / "one.partial").exists()
     with pytest.raises(PgkbError, match="exists already"):
         train(base, PAIRS, tmp_path / "one", options, provenance={})
+
+
+def test_the_command_defaults_are_the_training_defaults() -> None:
+    from loader.cli.models import models_tune
+
+    defaults = {p.name: p.default for p in models_tune.params}
+    for name in ("seed", "epochs", "max_steps", "batch_size", "max_seq_length", "learning_rate"):
+        assert defaults[name] == getattr(TrainOptions(), name), name
