@@ -39,7 +39,7 @@ MIN_PASSAGE_WORDS = 12
 """A positive shorter than this says too little to be learned from."""
 SPAN_MIN_WORDS, SPAN_MAX_WORDS = 6, 40
 """The length of a sentence the inverse cloze task takes as its anchor."""
-SPAN_PASSAGE_WORDS = 30
+SPAN_PASSAGE_WORDS = 20
 """Passages shorter than this give no span (what is left would be too little)."""
 WINDOW_WORDS = 10
 """A span without a usable sentence: this many consecutive words (as ``kb.pseudo_queries``)."""

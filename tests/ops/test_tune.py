@@ -39,11 +39,11 @@ def tiny_kb(db_url: str, tmp_path: Path) -> Settings:
     rng = random.Random(7)
     for i in range(16):
         title = " ".join(rng.sample(VOCAB, 2)).title()
-        sentences = [" ".join(rng.sample(VOCAB, 8)).capitalize() + "." for _ in range(6)]
+        sentences = [" ".join(rng.sample(VOCAB, 8)).capitalize() + "." for _ in range(8)]
         heads = rng.sample(VOCAB, 2)
         (root / f"doc{i:02}.md").write_text(
-            f"# {title}\n\n## {heads[0].title()} notes\n\n{' '.join(sentences[:3])}\n\n"
-            f"## {heads[1].title()} notes\n\n{' '.join(sentences[3:])}\n"
+            f"# {title}\n\n## {heads[0].title()} notes\n\n{' '.join(sentences[:4])}\n\n"
+            f"## {heads[1].title()} notes\n\n{' '.join(sentences[4:])}\n"
         )
     settings = load_settings(
         env={},
