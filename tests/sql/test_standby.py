@@ -135,6 +135,11 @@ def _read_only_function_calls(
             "SELECT * FROM kb.chunks_missing_embedding((SELECT id FROM kb.active_model()))",
             lambda rows: rows == [],
         ),
+        # what pgkb models tune reads (every passage of the knowledge base)
+        "training_passages": (
+            "SELECT count(*) FROM kb.training_passages(0, 10000)",
+            lambda rows: rows[0][0] > 0,
+        ),
         # what the read commands and the abstention gate call as a --read role
         "schema_version": ("SELECT kb.schema_version()", lambda rows: rows == [(head_revision(),)]),
         "abstention_rule": (
