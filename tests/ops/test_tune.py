@@ -223,10 +223,27 @@ def test_interrupted_tune_leaves_the_active_model_and_resumes(tiny_kb: Settings)
     assert result.exit_code == 0, result.output  # the active model still serves
     assert json.loads(result.stdout)
 
-    finished = tune(settings, PairSources(), OPTIONS)
-    assert not finished.trained and finished.model == tuned
-    assert finished.reembed is not None and finished.reembed["embedded"] == models[tuned][1]
+    # the same request through the command line: resumes the re-embedding, trains nothing
+    env = {
+        "PGKB_DATABASE_URL": str(settings.database_url),
+        "PGKB_DATA_DIR": str(settings.data_dir),
+        "PGKB_EMBEDDING_MODEL": base,
+        "PGKB_EMBEDDING_DIMS": "32",
+        "PGKB_EMBEDDING_BATCH_SIZE": "4",
+        "PGKB_CHUNK_OVERLAP": "0",
+    }
+    args = ["models", "tune", "--epochs", "3", "--max-steps", "12", "--batch-size", "8"]
+    args += ["--learning-rate", "5e-3", "--max-seq-length", "32", "--seed", "0"]
+    result = CliRunner().invoke(cli, [*args, "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    finished = json.loads(result.stdout)
+    assert not finished["trained"] and finished["model"] == tuned
+    assert finished["reembed"]["embedded"] == models[tuned][1]
+    assert not finished["activated"] and "no question set" in finished["verdict"]
     assert _models(settings) == {base: (True, 0), tuned: (False, 0)}
+    again = CliRunner().invoke(cli, args, env=env)
+    assert again.exit_code == 0, again.output
+    assert f"{tuned}: no question set to gate it" in again.stdout
 
 
 def test_tune_command_errors(cli_env: dict[str, str]) -> None:
