@@ -1,20 +1,20 @@
 """training passages for models tune
 
-Revision ID: 0025
-Revises: 0024
+Revision ID: 0027
+Revises: 0026
 """
 
 from alembic import op
 
 from loader.migration_ops import downgrade_functions, upgrade_functions
 
-revision = "0025"
-down_revision = "0024"
+revision = "0027"
+down_revision = "0026"
 branch_labels = None
 depends_on = None
 
 # The functions this revision changes, applied in this order from the store:
-# alembic/functions/<name>/0025.sql
+# alembic/functions/<name>/0027.sql
 FUNCTIONS = ("training_passages",)
 
 
