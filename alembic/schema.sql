@@ -748,6 +748,10 @@ REVOKE ALL ON FUNCTION kb.table_rows(relation regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION kb.term_df(lexemes text[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.term_df(lexemes text[]) TO kb_reader;
 
+-- acl: FUNCTION training_passages(after_chunk bigint, batch_size integer)
+REVOKE ALL ON FUNCTION kb.training_passages(after_chunk bigint, batch_size integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.training_passages(after_chunk bigint, batch_size integer) TO kb_writer;
+
 -- acl: FUNCTION vector_index_status()
 REVOKE ALL ON FUNCTION kb.vector_index_status() FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.vector_index_status() TO kb_writer;
