@@ -23,6 +23,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg.rows import class_row
 
+from loader import telemetry
 from loader.db import queries
 from loader.errors import PgkbError, database_error
 from loader.filters import SearchFilters
@@ -140,6 +141,30 @@ def search(
     the search. Raises :class:`ModelMismatchError` when the embedding does not fit the model and
     :class:`PgkbError` for bad filters.
     """
+    with telemetry.span("pgkb.search", mode=mode, limit=limit) as span:
+        hits = _search(
+            conn, query_text, query_embedding, settings=settings, mode=mode, limit=limit,
+            category=category, document_ids=document_ids, filters=filters, rerank=rerank,
+            notes=notes,
+        )  # fmt: skip
+        span.set(hits=len(hits), reranked=any(h.rerank_score is not None for h in hits))
+    return hits
+
+
+def _search(
+    conn: psycopg.Connection[Any],
+    query_text: str,
+    query_embedding: Sequence[float] | None,
+    *,
+    settings: Settings,
+    mode: Mode,
+    limit: int | None,
+    category: str | None,
+    document_ids: Sequence[uuid.UUID | str] | None,
+    filters: SearchFilters | Mapping[str, Any] | None,
+    rerank: bool | None,
+    notes: list[str] | None,
+) -> list[SearchHit]:
     if mode not in MODES:
         raise PgkbError(f"unknown search mode {mode!r}", hint="use one of: " + ", ".join(MODES))
     if mode == "vector" and query_embedding is None:
@@ -234,6 +259,7 @@ def rerank_hits(
     except RerankError as exc:
         note = f"the reranker failed ({exc.message}); results are in the fused order"
         log.warning("%s", note)
+        telemetry.event("rerank_fallback")
         if notes is not None:
             notes.append(note)
         return list(hits[:limit])

@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
 
+from loader import telemetry
 from loader.answer.citations import check_citations
 from loader.answer.context import fetch_neighbours
 from loader.answer.passages import Passage, estimate_tokens
@@ -34,7 +35,7 @@ from loader.answer.prompt import (
     messages_tokens,
     truncate_question,
 )
-from loader.answer.result import Answer, checked_answer, fallback_answer
+from loader.answer.result import Answer, checked_answer, fallback_answer, record
 from loader.answer.retrieval import Gate, QueryEmbedder, Retrieval, gate_record, retrieve, settle
 from loader.answer.tools import (
     CATALOGUE_CANDIDATES,
@@ -161,29 +162,36 @@ def run_agent(
     category: str | None = None,
     gate: Gate | None = None,
     filters: SearchFilters | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Answer:
     """Answer ``question`` with the reader agent; never raises for model or network failures.
 
     Abstains before any model call when the abstention gate says so (as ``pgkb ask`` does);
-    with no chat model configured the answer is extractive, as for ``pgkb ask``.
+    with no chat model configured the answer is extractive, as for ``pgkb ask``. ``progress``
+    receives a line per stage: the first search, then each model call and the tools it called.
     """
-    found = retrieve(
-        conn,
-        settings,
-        question,
-        embedder=embedder,
-        category=category,
-        gate=gate,
-        limit=max(CATALOGUE_CANDIDATES, settings.match_count),
-        filters=filters,
-    )
-    answer = settle(found, client)
-    if answer is None:
-        assert client is not None  # settle answers when there is no client
-        answer = _loop(conn, settings, found, embedder, client, category)
-    answer.notes[:0] = found.notes
-    if answer.abstention is None:  # the gate let it through: say what it saw all the same
-        answer.abstention = gate_record(found)
+    with telemetry.span("pgkb.ask", agent=True) as span:
+        if progress:
+            progress("searching the knowledge base")
+        found = retrieve(
+            conn,
+            settings,
+            question,
+            embedder=embedder,
+            category=category,
+            gate=gate,
+            limit=max(CATALOGUE_CANDIDATES, settings.match_count),
+            filters=filters,
+        )
+        answer = settle(found, client)
+        if answer is None:
+            assert client is not None  # settle answers when there is no client
+            answer = _loop(conn, settings, found, embedder, client, category, progress)
+        answer.notes[:0] = found.notes
+        if answer.abstention is None:  # the gate let it through: say what it saw all the same
+            answer.abstention = gate_record(found)
+        record(answer)
+        span.set(mode=answer.mode, abstained=answer.abstained, steps=answer.steps)
     return answer
 
 
@@ -194,6 +202,7 @@ def _loop(
     embedder: QueryEmbedder,
     client: ChatModel,
     category: str | None,
+    progress: Callable[[str], None] | None = None,
 ) -> Answer:
     question, passages, wide = found.question, found.passages, found.candidates
     toolbox = Toolbox(conn, settings, embedder, category=category, filters=found.filters)
@@ -223,6 +232,8 @@ def _loop(
         last = step == settings.agent_max_steps
         if last and step > 1:
             messages.append({"role": "user", "content": LAST_TURN})
+        if progress:
+            progress(f"step {step} of {settings.agent_max_steps}: asking the chat model")
         try:
             reply = client.complete(messages, tools=tools, tool_choice="none" if last else "auto")
         except ChatError as exc:
@@ -237,6 +248,9 @@ def _loop(
             )
         if reply.tool_calls and not last:
             messages.append(reply.assistant_message())
+            if progress:
+                names = ", ".join(call.name for call in reply.tool_calls)
+                progress(f"step {step} of {settings.agent_max_steps}: calling {names}")
             for call in reply.tool_calls:
                 used = messages_tokens(messages) + tools_tokens
                 result = toolbox.call(

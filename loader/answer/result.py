@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from loader import telemetry
 from loader.answer.citations import CheckedReply, cited_passages
 from loader.answer.context import related_documents
 from loader.answer.extractive import extractive_answer
@@ -151,3 +152,11 @@ def checked_answer(
         model_reply=raw if (raw or "").strip() != checked.answer else None,
         steps=steps,
     )
+
+
+def record(answer: Answer) -> None:
+    """Tell the metrics how ``answer`` was settled (its mode; an abstention and its stage:
+    ``gate`` before any model call, ``model`` when the reply said so or cited nothing)."""
+    telemetry.event("answer", mode=answer.mode)
+    if answer.abstained:
+        telemetry.event("abstention", stage="gate" if answer.mode == "abstained" else "model")

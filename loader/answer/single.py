@@ -29,6 +29,7 @@ from typing import Any
 
 import psycopg
 
+from loader import telemetry
 from loader.answer.citations import check_citations
 from loader.answer.context import expand_with_neighbours
 from loader.answer.passages import estimate_tokens
@@ -39,8 +40,9 @@ from loader.answer.prompt import (
     fit_passages,
     truncate_question,
 )
-from loader.answer.result import Answer, checked_answer, fallback_answer
+from loader.answer.result import Answer, checked_answer, fallback_answer, record
 from loader.answer.retrieval import Gate, QueryEmbedder, Retrieval, gate_record, retrieve, settle
+from loader.answer.stream import CheckedStream
 from loader.filters import SearchFilters
 from loader.providers.chat import ChatError, ChatModel
 from loader.settings import Settings
@@ -59,30 +61,43 @@ def answer_question(
     on_text: Callable[[str], None] | None = None,
     gate: Gate | None = None,
     filters: SearchFilters | None = None,
+    on_checked_text: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Answer:
     """Answer ``question`` from the knowledge base, with citations or "I don't know".
 
     ``client`` None means no chat model: the answer is extractive. ``on_text`` receives the
-    model's reply as it streams (before it is checked). Model and network failures never
+    model's reply as it streams (before it is checked); ``on_checked_text`` receives it as it
+    streams too, but only as far as the citation check lets it through
+    (:class:`loader.answer.stream.CheckedStream`: what it receives is the answer returned,
+    or, when the final check changed it, that text followed by a correction). ``progress``
+    receives a line per stage (retrieval, model call). Model and network failures never
     raise: the answer falls back to the retrieved passages, with a note saying why. ``filters``
     (source, metadata) narrow the search on top of ``category``.
     """
-    found = retrieve(
-        conn,
-        settings,
-        question,
-        embedder=embedder,
-        category=category,
-        gate=gate,
-        filters=filters,
-    )
-    answer = settle(found, client)
-    if answer is None:
-        assert client is not None  # settle answers when there is no client
-        answer = _model_answer(conn, settings, found, client, on_text)
-    answer.notes[:0] = found.notes
-    if answer.abstention is None:  # the gate let it through: say what it saw all the same
-        answer.abstention = gate_record(found)
+    with telemetry.span("pgkb.ask", agent=False) as span:
+        if progress:
+            progress("searching the knowledge base")
+        found = retrieve(
+            conn,
+            settings,
+            question,
+            embedder=embedder,
+            category=category,
+            gate=gate,
+            filters=filters,
+        )
+        answer = settle(found, client)
+        if answer is None:
+            assert client is not None  # settle answers when there is no client
+            if progress:
+                progress(f"asking the chat model ({len(found.passages)} passages)")
+            answer = _model_answer(conn, settings, found, client, on_text, on_checked_text)
+        answer.notes[:0] = found.notes
+        if answer.abstention is None:  # the gate let it through: say what it saw all the same
+            answer.abstention = gate_record(found)
+        record(answer)
+        span.set(mode=answer.mode, abstained=answer.abstained, citations=len(answer.citations))
     return answer
 
 
@@ -92,6 +107,7 @@ def _model_answer(
     found: Retrieval,
     client: ChatModel,
     on_text: Callable[[str], None] | None,
+    on_checked_text: Callable[[str], None] | None = None,
 ) -> Answer:
     question, passages = found.question, found.passages
     budget = settings.chat_context_tokens - ANSWER_RESERVE_TOKENS - estimate_tokens(SYSTEM_RULES)
@@ -100,11 +116,20 @@ def _model_answer(
     context = fit_passages(context, budget)
 
     messages = build_messages(question, context, context_tokens=settings.chat_context_tokens)
+    stream = CheckedStream(context, on_checked_text) if on_checked_text else None
+    sink = on_text
+    if stream is not None:
+
+        def sink(piece: str) -> None:
+            if on_text is not None:
+                on_text(piece)
+            stream.feed(piece)
+
     try:
-        reply = client.complete(messages, on_text=on_text)
+        reply = client.complete(messages, on_text=sink)
     except ChatError as exc:
         log.warning("chat model failed: %s", exc.message)
-        return fallback_answer(
+        answer = fallback_answer(
             question,
             passages,
             mode="fallback",
@@ -112,7 +137,13 @@ def _model_answer(
             notes=[f"{exc.message}; showing the retrieved passages instead"],
             steps=1,
         )
+        if stream is not None:
+            stream.finish(answer.answer)
+        return answer
     checked = check_citations(reply.content, context)
-    return checked_answer(
+    answer = checked_answer(
         question, reply.content, checked, context, passages, neighbours=found.neighbours, steps=1
     )
+    if stream is not None:
+        stream.finish(answer.answer)
+    return answer

@@ -7,7 +7,8 @@
    the address it is bound to (any IP address when bound to every address), or a name allowed
    by ``serve_allowed_hosts``; otherwise 421. A web page that rebinds its own name to 127.0.0.1
    sends its own name, so it never reaches a route.
-2. **Bearer token** (when one is configured), compared in constant time; ``/healthz`` needs none.
+2. **Bearer token** (when one is configured), compared in constant time; ``/healthz`` needs none
+   (``/metrics`` needs it but, like ``/healthz``, takes no slot in the queue).
 3. **JSON bodies only**: a POST, PUT or PATCH must declare ``Content-Type: application/json``
    (415 otherwise): a page can send ``text/plain``, a form or a typeless blob to another origin
    without asking (a CORS "simple" request), but never ``application/json``.
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/healthz"})
 """Paths that need no token (and take no slot)."""
+UNQUEUED_PATHS = OPEN_PATHS | {"/metrics"}
+"""Paths that take no slot: a busy server still answers its probes and its scraper (``/metrics``
+needs the token all the same)."""
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -161,7 +165,7 @@ class Guard:
         body = await self._read_body(scope, receive, send)
         if body is None:  # answered already (too large, too slow) or the client left
             return
-        if path in OPEN_PATHS:
+        if path in UNQUEUED_PATHS:
             await self.app(scope, _replay(body, receive), send)
             return
         if self.waiting >= self.queue_size and not self._slot_free():

@@ -10,12 +10,18 @@ Routes (JSON in, JSON out; errors as ``{"error": {"message", "type"}}``):
     model's is refused; ``model`` other than the active model's name is refused; ``input_type``
     (an extension, named as in Cohere's and Voyage's APIs) ``document`` (the default: the
     model's document prompt) or ``query`` (its query prompt, as ``pgkb search`` embeds).
-``GET /v1/models``
-    The one model, OpenAI's list format.
+``GET /v1/models``, ``POST /v1/chat/completions``
+    OpenAI's chat-completions wire (:mod:`loader.serve.openai_chat`): ``pgkb`` and one
+    ``pgkb/<collection>`` model per readable collection answer with citations, streamed as
+    server-sent events with ``stream: true``; the embedding model is listed too.
 ``POST /v1/search``, ``POST /v1/ask``
-    What ``pgkb search --json`` and ``pgkb ask --json`` print.
+    What ``pgkb search --json`` and ``pgkb ask --json`` print; ``/v1/ask`` streams
+    server-sent events (``progress``, ``text``, then ``answer``) with ``"stream": true`` or
+    ``Accept: text/event-stream``.
 ``GET /healthz``
     Database reachable and model loaded (503 when the database is not); needs no token.
+``GET /metrics``
+    Prometheus' text format (:mod:`loader.serve.metrics`); behind the token like the API.
 
 Limits (:mod:`loader.serve.guard`, around the whole app): the ``Host`` header must name this
 server (421), a bearer token when one is configured (``PGKB_SERVE_TOKEN``; compared in constant
@@ -43,7 +49,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from loader.errors import PgkbError
+from loader.serve import openai_chat
 from loader.serve.guard import Guard, Limits, error, server_config
+from loader.serve.metrics import Metrics, RequestMetrics
 from loader.serve.service import (
     BadRequest,
     KnowledgeService,
@@ -51,6 +59,7 @@ from loader.serve.service import (
     parse_document_ids,
     surrogate_path,
 )
+from loader.serve.streaming import Emitter, EventStream, sse
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +70,8 @@ def _pgkb_error(exc: PgkbError) -> JSONResponse:
     message = exc.message + (f" ({exc.hint})" if exc.hint else "")
     if isinstance(exc, Unavailable):
         return error(503, message, "unavailable")
+    if isinstance(exc, openai_chat.ModelNotFound):
+        return error(404, message, "model_not_found")
     if isinstance(exc, BadRequest):
         return error(400, message, "invalid_request_error")
     return error(500, message, "server_error")
@@ -178,20 +189,12 @@ def create_app(
             }
         )
 
-    async def models(request: Request) -> Response:
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [{"id": service.model_name, "object": "model", "owned_by": "pgkb"}],
-            }
-        )
-
     async def search(request: Request) -> Response:
         body = await _json_body(request)
         _unknown(
             body,
             {"query", "mode", "limit", "category", "source", "metadata", "min_similarity",
-             "document_ids", "collections"},
+             "document_ids", "collections", "rerank"},
         )  # fmt: skip
         similarity = _field(body, "min_similarity", (int, float))
         ids = _field(body, "document_ids", list)
@@ -206,21 +209,48 @@ def create_app(
                 min_similarity=None if similarity is None else float(similarity),
                 document_ids=parse_document_ids(ids),
                 collections=_field(body, "collections", list),
+                rerank=_field(body, "rerank", bool),
             )
         )
+        request.state.pgkb_mode = result["mode"]
         return JSONResponse(json.loads(json.dumps(result, default=str)))
 
     async def ask(request: Request) -> Response:
         body = await _json_body(request)
-        _unknown(body, {"question", "category", "collections"})
-        result = await run(
-            lambda: service.ask(
-                _field(body, "question", str, ""),
-                category=_field(body, "category", str),
-                collections=_field(body, "collections", list),
+        _unknown(body, {"question", "category", "collections", "agent", "stream"})
+        question = _field(body, "question", str, "")
+        category = _field(body, "category", str)
+        collections = _field(body, "collections", list)
+        agent = _field(body, "agent", bool, False)
+        accept = request.headers.get("accept", "")
+        if not _field(body, "stream", bool, "text/event-stream" in accept):
+            result = await run(
+                lambda: service.ask(
+                    question, category=category, collections=collections, agent=agent
+                )
             )
-        )
-        return JSONResponse(json.loads(json.dumps(result, default=str)))
+            request.state.pgkb_mode = result["mode"]
+            return JSONResponse(json.loads(json.dumps(result, default=str)))
+
+        def work(emit: Emitter) -> dict[str, Any]:
+            return service.ask(
+                question, category=category, collections=collections, agent=agent,
+                on_text=lambda piece: emit("text", piece),
+                progress=lambda line: emit("progress", line),
+            )  # fmt: skip
+
+        def render(kind: str, value: Any) -> list[bytes]:
+            if kind == "text":
+                return [sse({"text": value}, "text")]
+            if kind == "progress":
+                return [sse({"message": value}, "progress")]
+            if kind == "done":
+                request.state.pgkb_mode = value["mode"]
+                return [sse(value, "answer")]
+            assert isinstance(value, PgkbError)
+            return [sse({"message": value.message, "hint": value.hint}, "error")]
+
+        return EventStream(work, render, _pgkb_error, first_events=("text", "progress", "done"))
 
     async def healthz(request: Request) -> Response:
         status = await run(service.health)
@@ -235,26 +265,37 @@ def create_app(
         log.exception("unexpected error in %s", request.url.path)
         return error(500, "internal error; the server log has the details", "server_error")
 
+    metrics = Metrics()
+    metrics.model_loaded(service.model_name, service.model_load_seconds)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             yield
         finally:
+            metrics.close()
             if close_service:
                 service.close()
 
+    routes = [
+        Route("/v1/embeddings", handler(embeddings), methods=["POST"]),
+        Route("/v1/models", handler(openai_chat.models_endpoint(service)), methods=["GET"]),
+        Route(
+            "/v1/chat/completions",
+            handler(openai_chat.chat_completions(service, _json_body, _pgkb_error)),
+            methods=["POST"],
+        ),
+        Route("/v1/search", handler(search), methods=["POST"]),
+        Route("/v1/ask", handler(ask), methods=["POST"]),
+        Route("/healthz", handler(healthz), methods=["GET"]),
+        Route("/metrics", metrics.endpoint, methods=["GET"]),
+    ]
     app = Starlette(
-        routes=[
-            Route("/v1/embeddings", handler(embeddings), methods=["POST"]),
-            Route("/v1/models", handler(models), methods=["GET"]),
-            Route("/v1/search", handler(search), methods=["POST"]),
-            Route("/v1/ask", handler(ask), methods=["POST"]),
-            Route("/healthz", handler(healthz), methods=["GET"]),
-        ],
+        routes=routes,
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
     )
-    return Guard(
+    guarded = Guard(
         app,
         token=token,
         max_body=max_body,
@@ -265,6 +306,7 @@ def create_app(
         allowed_hosts=allowed_hosts,
         bound=bound,
     )
+    return RequestMetrics(guarded, metrics, [r.path for r in routes])
 
 
 def run(

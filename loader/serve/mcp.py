@@ -10,7 +10,10 @@ value of the wrong type or out of range is named with what was expected (``limit
 be less than or equal to 50 (got 500)``), an argument the tool does not take is refused with the
 ones it does, and hints name the tools (``list_documents``), not the command line.
 Tools are synchronous and run on the SDK's worker threads, so two clients (over HTTP) or two
-calls in flight share the pool.
+calls in flight share the pool; ``ask`` runs on a worker thread of its own and reports its
+stages (the search, the model call, each of the reader agent's steps) as MCP progress
+notifications when the client sent a progress token. Over HTTP, ``GET /metrics`` serves the
+tool calls' counts and latencies in Prometheus' text format (:mod:`loader.serve.metrics`).
 
 Over stdio, every line the SDK cannot read (invalid JSON, a ``params`` that is not an object, a
 lone surrogate, a batch) is answered with a JSON-RPC error (``-32700`` parse error, ``-32600``
@@ -23,7 +26,9 @@ from __future__ import annotations
 import inspect
 import io
 import json
+import logging
 import sys
+import time
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -32,6 +37,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from loader.errors import PgkbError
 from loader.graph.relations import RELATION_TYPES
+from loader.serve.metrics import Metrics
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectSendStream
@@ -46,6 +52,8 @@ from loader.serve.service import (
     parse_document_ids,
     surrogate_path,
 )
+
+log = logging.getLogger(__name__)
 
 INSTRUCTIONS = (
     "pgkb: a knowledge base of documents. Start with list_documents to see what it holds, then "
@@ -228,8 +236,29 @@ def validation_text(exc: ValidationError) -> str:
     return "; ".join(parts[:5]) + (f"; and {len(parts) - 5} more" if len(parts) > 5 else "")
 
 
-def build_server(service: KnowledgeService) -> MCPServer[Any]:
-    """The MCP server with pgkb's six tools bound to ``service``."""
+class _Observed:
+    """Count one tool call in ``metrics`` (when there are metrics): its route is
+    ``tool:<name>``, its mode the search mode or how the answer was settled, its status 200,
+    or 400 for a tool error."""
+
+    def __init__(self, metrics: Metrics | None, tool: str) -> None:
+        self.metrics, self.tool, self.mode = metrics, tool, "-"
+
+    def __enter__(self) -> _Observed:
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if self.metrics is not None:
+            status = 200 if kind is None else 400
+            self.metrics.observe(
+                f"tool:{self.tool}", self.mode, status, time.perf_counter() - self.started
+            )
+
+
+def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> MCPServer[Any]:
+    """The MCP server with pgkb's six tools bound to ``service`` (tool calls counted in
+    ``metrics`` when given)."""
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import ToolAnnotations
@@ -268,8 +297,14 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     def tool(fn: Any) -> Any:
-        accepted[fn.__name__] = tuple(inspect.signature(fn).parameters)
+        accepted[fn.__name__] = tuple(
+            name for name in inspect.signature(fn).parameters if name != "ctx"
+        )  # the request's context is the SDK's, never an argument
         return server.tool(annotations=read_only)(fn)
+
+    def call(tool: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        with _Observed(metrics, tool):
+            return _call(fn, *args, **kwargs)
 
     @tool
     def search(
@@ -305,31 +340,69 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
     ) -> SearchResult:
         """Search the knowledge base: the best chunks for the query, each with its document's
         title and source_uri (cite them), the chunk id and the chunk's text."""
-        data = _call(
-            service.search,
-            query,
-            mode=mode,
-            limit=limit,
-            category=category,
-            source=source,
-            metadata=metadata,
-            min_similarity=min_similarity,
-            document_ids=_call(parse_document_ids, document_ids),
-            collections=collections,
-        )
+        with _Observed(metrics, "search") as observed:
+            observed.mode = mode
+            data = _call(
+                service.search,
+                query,
+                mode=mode,
+                limit=limit,
+                category=category,
+                source=source,
+                metadata=metadata,
+                min_similarity=min_similarity,
+                document_ids=_call(parse_document_ids, document_ids),
+                collections=collections,
+            )
         return SearchResult.model_validate(data)
 
-    @tool
-    def ask(
+    async def ask(
         question: Annotated[str, Field(description="The question, in natural language.")],
+        ctx: Any,
         category: Category = None,
         collections: Collections = None,
+        agent: Annotated[
+            bool,
+            Field(
+                description="Use the reader agent: it searches, reads documents and follows "
+                "the graph for at most a few steps (slower; for questions that need more than "
+                "five passages)."
+            ),
+        ] = False,
     ) -> AskResult:
         """Answer a question from the knowledge base with citations, or say it does not know
-        (abstained). Without a chat model configured, the answer is the best passages, cited."""
-        return AskResult.model_validate(
-            _call(service.ask, question, category=category, collections=collections)
-        )
+        (abstained). Without a chat model configured, the answer is the best passages, cited.
+        Reports progress (the search, the model call, the agent's steps) when asked for."""
+        import anyio.from_thread
+        import anyio.to_thread
+
+        done = 0
+
+        def progress(message: str) -> None:
+            nonlocal done
+            done += 1
+            try:
+                anyio.from_thread.run(ctx.report_progress, done, None, message)
+            except Exception:  # a client that went away must not fail the answer
+                log.debug("progress notification not sent", exc_info=True)
+
+        def work() -> dict[str, Any]:
+            return _call(  # type: ignore[no-any-return]
+                service.ask,
+                question,
+                category=category,
+                collections=collections,
+                agent=agent,
+                progress=progress,
+            )
+
+        with _Observed(metrics, "ask") as observed:
+            data = await anyio.to_thread.run_sync(work)
+            observed.mode = data["mode"]
+        return AskResult.model_validate(data)
+
+    ask.__annotations__["ctx"] = Context  # the SDK injects the request's context by this type
+    tool(ask)
 
     @tool
     def read_document(
@@ -363,7 +436,8 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
         """Read a document's chunks in order: all of it, or chunks chunk_start..chunk_end
         (inclusive, from 0). When that exceeds max_tokens, returns the document's outline
         (sections with their chunk ranges) instead: then read a smaller range."""
-        data = _call(
+        data = call(
+            "read_document",
             service.read_document,
             document,
             chunk_start=chunk_start,
@@ -390,7 +464,8 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
     ) -> NeighborsResult:
         """The text around a search hit: the chunk with up to `before` chunks preceding it and
         `after` following it in its document, in order."""
-        data = _call(
+        data = call(
+            "neighbor_chunks",
             service.neighbor_chunks,
             chunk_id,
             before=before,
@@ -430,7 +505,8 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
         documents up to depth hops from it, each with its distance and path. With query: the
         documents matching it and their neighbours. With neither: the most connected
         documents. Each comes with its id, title, source_uri, type, summary and entities."""
-        data = _call(
+        data = call(
+            "explore_graph",
             service.explore_graph,
             document=document,
             query=query,
@@ -455,7 +531,13 @@ def build_server(service: KnowledgeService) -> MCPServer[Any]:
         summary, key entities and chunk count, by title. Load it at the start of a session to
         know what the knowledge base holds."""
         return Catalogue.model_validate(
-            _call(service.list_documents, limit=limit, category=category, collections=collections)
+            call(
+                "list_documents",
+                service.list_documents,
+                limit=limit,
+                category=category,
+                collections=collections,
+            )
         )
 
     return server
@@ -575,9 +657,16 @@ async def _serve_stdio(server: MCPServer[Any]) -> None:
 def run(
     service: KnowledgeService, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765
 ) -> None:
-    """Serve ``service`` over stdio (the default) or streamable HTTP at ``/mcp``."""
-    server = build_server(service)
-    if http:
+    """Serve ``service`` over stdio (the default) or streamable HTTP at ``/mcp`` (with
+    ``GET /metrics`` beside it)."""
+    if not http:
+        anyio.run(_serve_stdio, build_server(service))
+        return
+    metrics = Metrics()
+    metrics.model_loaded(service.model_name, service.model_load_seconds)
+    server = build_server(service, metrics)
+    server.custom_route("/metrics", methods=["GET"])(metrics.endpoint)
+    try:
         server.run("streamable-http", host=host, port=port)
-    else:
-        anyio.run(_serve_stdio, server)
+    finally:
+        metrics.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -33,6 +34,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from loader import telemetry
+from loader.answer.agent import run_agent
 from loader.answer.reading import Refusal, document_infos, read_document
 from loader.answer.single import answer_question
 from loader.answer.tools import MAX_GRAPH_DEPTH, MAX_GRAPH_LIMIT, Toolbox, ToolRefusal
@@ -199,6 +202,11 @@ class KnowledgeService:
         self.url = database_url(settings, read=True)  # every transaction only reads
         self.embedder = get_embedder(settings)
         self.chat = ChatClient.from_settings(settings)
+        self.agent_chat = (
+            ChatClient.from_settings(settings.replace(chat_model=settings.agent_model))
+            if settings.agent_chat_model and settings.agent_chat_model != settings.chat_model
+            else None
+        )
         self.wait_timeout = wait_timeout
         self.turns = ModelTurns()
         self.pool = ConnectionPool(
@@ -214,13 +222,17 @@ class KnowledgeService:
             name="pgkb",
         )
         self.schema_revision: str | None = None
+        self.model_load_seconds: float | None = None
+        """How long loading the embedding model (its first call) took at :meth:`open`."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def open(self) -> KnowledgeService:
         """Load the model, open the pool and check the schema and the model; raises a
         :class:`PgkbError` saying what to fix (the server does not start)."""
+        started = time.perf_counter()
         self.embed_query("warm up")
+        self.model_load_seconds = time.perf_counter() - started
         conn = connect(self.url, register=False)  # a clear error for a wrong URL or a down server
         try:
             self.schema_revision = check_schema(conn)
@@ -297,8 +309,10 @@ class KnowledgeService:
         naming ``pgkb db grant``, any other SQL error :class:`BadRequest`."""
 
         names = self._collections(collections)
+        asked = time.perf_counter()
         try:
             with self.pool.connection(timeout=self.wait_timeout) as conn:
+                telemetry.event("pool_wait", seconds=time.perf_counter() - asked)
                 if not names:
                     yield conn
                     return
@@ -309,6 +323,7 @@ class KnowledgeService:
                     served = ",".join(self.settings.collection_names())
                     conn.execute(queries.SET_SESSION_COLLECTIONS, (served,))
         except PoolTimeout:
+            telemetry.event("pool_timeout")
             raise Unavailable(
                 f"the database did not answer within {self.wait_timeout:g} s",
                 hint="check that the server is running; pgkb reconnects by itself when it is back",
@@ -399,8 +414,10 @@ class KnowledgeService:
         min_similarity: float | None = None,
         document_ids: Sequence[str] | None = None,
         collections: Sequence[str] | None = None,
+        rerank: bool | None = None,
     ) -> dict[str, Any]:
-        """The best chunks for ``query`` (kb.hybrid_search, kb.vector_search, kb.keyword_search)."""
+        """The best chunks for ``query`` (kb.hybrid_search, kb.vector_search, kb.keyword_search);
+        ``rerank`` as :func:`loader.search.search` takes it (None: when a reranker is set)."""
         text = _text("query", query)
         if mode not in MODES:
             raise BadRequest(f"unknown mode {mode!r}; use one of: {', '.join(MODES)}")
@@ -417,7 +434,10 @@ class KnowledgeService:
             raise BadRequest(f"min_similarity must be from -1 to 1, got {min_similarity}")
         if document_ids is not None and len(document_ids) > 100:
             raise BadRequest("document_ids may name at most 100 documents")
+        if rerank is not None and not isinstance(rerank, bool):
+            raise BadRequest(f"rerank must be true or false, got {rerank!r}")
         settings = self.settings.replace(min_similarity=min_similarity)
+        notes: list[str] = []
         embedding = None if mode == "keyword" else self.embed_query(text)
         with self.connection(collections) as conn:
             try:
@@ -431,12 +451,21 @@ class KnowledgeService:
                     category=scope,
                     document_ids=list(document_ids) if document_ids else None,
                     filters=filters,
+                    rerank=rerank,
+                    notes=notes,
                 )
             except ModelMismatchError:
                 raise
             except PgkbError as exc:
                 raise BadRequest(exc.message, hint=exc.hint) from None
-        return {"query": text, "mode": mode, "results": [h.to_dict() for h in hits]}
+        result: dict[str, Any] = {
+            "query": text,
+            "mode": mode,
+            "results": [h.to_dict() for h in hits],
+        }
+        if notes:
+            result["notes"] = notes
+        return result
 
     def ask(
         self,
@@ -444,16 +473,57 @@ class KnowledgeService:
         *,
         category: str | None = None,
         collections: Sequence[str] | None = None,
+        agent: bool = False,
+        on_text: Callable[[str], None] | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> dict[str, Any]:
         """The cited answer (or "I don't know"), as ``pgkb ask --json`` prints it; without a chat
-        model the answer is the cited passages."""
+        model the answer is the cited passages.
+
+        ``agent``: the reader agent (``pgkb ask --agent``) instead of the single-shot answer.
+        ``on_text``: the answer's text as it is written, only as far as the citation check lets
+        it through (:class:`loader.answer.stream.CheckedStream`); the pieces it receives add up
+        to the returned ``answer`` (an answer settled without a model reply comes in one
+        piece). ``progress``: a line per stage (search, each of the agent's steps)."""
         text = _text("question", question)
         scope = self._scope(category)
+        sent: list[str] = []
+
+        def emit(piece: str) -> None:
+            sent.append(piece)
+            if on_text is not None:
+                on_text(piece)
+
         with self.connection(collections) as conn:
-            answer = answer_question(
-                conn, self.settings, text, embedder=self, client=self.chat, category=scope
-            )
+            if agent:
+                settings = self.settings
+                client = self.chat
+                if self.agent_chat is not None:
+                    settings, client = (
+                        self.settings.replace(chat_model=self.settings.agent_model),
+                        self.agent_chat,
+                    )
+                answer = run_agent(
+                    conn, settings, text, embedder=self, client=client, category=scope,
+                    progress=progress,
+                )  # fmt: skip
+            else:
+                answer = answer_question(
+                    conn, self.settings, text, embedder=self, client=self.chat, category=scope,
+                    on_checked_text=emit if on_text is not None else None, progress=progress,
+                )  # fmt: skip
+        if on_text is not None and not sent:
+            emit(answer.answer)
         return answer.to_json()
+
+    def readable_collections(self) -> list[str]:
+        """The collections this server serves and its role may read (``kb.collection_list``),
+        by name."""
+        with self.connection() as conn:
+            rows = conn.execute(queries.COLLECTION_LIST).fetchall()
+        names = [str(row[0]) for row in rows]
+        served = self.settings.collection_names()
+        return [n for n in names if not served or n in served]
 
     def _document_id(self, conn: psycopg.Connection[Any], ref: str, scope: str | None) -> str:
         try:
