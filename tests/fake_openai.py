@@ -46,6 +46,10 @@ class Reply:
     hold: threading.Event | None = None
     """Answer only once this is set (at most ``delay`` seconds, 60 if no delay): a server that
     is late for as long as the test wants, without racing the machine's load."""
+    pause_after: int | None = None
+    """Streaming: after this many content chunks, wait for ``resume`` (at most 60 s) before
+    sending the rest: a test can see what its client received while the reply is unfinished."""
+    resume: threading.Event | None = None
 
 
 @dataclasses.dataclass
@@ -247,6 +251,10 @@ class FakeOpenAI:
                 }
                 pieces = [content[i : i + 8] for i in range(0, len(content), 8)] or [""]
                 for n, piece in enumerate(pieces):
+                    if reply.pause_after is not None and n == reply.pause_after:
+                        self.wfile.flush()
+                        assert reply.resume is not None
+                        reply.resume.wait(60)
                     if reply.drop_after is not None and n >= reply.drop_after:
                         self.wfile.flush()
                         self.close_connection = True

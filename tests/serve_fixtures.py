@@ -9,6 +9,7 @@ fixture is made once per session, whichever modules use it).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
 from collections.abc import Iterator
@@ -160,3 +161,28 @@ def serve_kb(
         drop_database(pg_url, name)
         for role in (reader, writer):
             _drop_role(pg_url, role)
+
+
+@contextlib.contextmanager
+def running(app: Any) -> Iterator[str]:
+    """Serve the ASGI ``app`` on uvicorn (an ephemeral 127.0.0.1 port, lifespan on) in a thread;
+    yields its base URL and stops it (graceful shutdown) at the end."""
+    import threading
+    import time
+
+    import uvicorn
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    instance = uvicorn.Server(config)
+    thread = threading.Thread(target=instance.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not instance.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    port = instance.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        instance.should_exit = True
+        thread.join(timeout=30)

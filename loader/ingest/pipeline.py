@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from loader import telemetry
 from loader.answer.abstention.profile import ensure_profile
 from loader.db.session import connection
 from loader.errors import ConfigError, DatabaseError, PgkbError
@@ -93,6 +94,26 @@ def ingest_documents(
     transaction. Raises :class:`PgkbError` for run-level problems (the report so far is lost to
     the caller, but every committed document is complete).
     """
+    with telemetry.span("pgkb.ingest", collection=collection, in_memory=True) as span:
+        report = _ingest_documents(
+            conn, documents, embedder, settings, category=category, progress=progress,
+            wait=wait, collection=collection,
+        )  # fmt: skip
+        span.set(**report_attributes(report))
+    return report
+
+
+def _ingest_documents(
+    conn: psycopg.Connection[Any],
+    documents: Iterable[SourceDocument],
+    embedder: Embedder,
+    settings: Settings,
+    *,
+    category: str | None,
+    progress: ProgressCallback | None,
+    wait: bool,
+    collection: str,
+) -> IngestReport:
     report = IngestReport()
     started = time.perf_counter()
     check_collection(collection)
@@ -176,6 +197,43 @@ def ingest_paths(
     the embedding model mid-run sets ``report.aborted``: documents already committed are
     complete, the rest keep their stored version, and nothing is pruned.
     """
+    with telemetry.span("pgkb.ingest", collection=collection, paths=len(paths)) as span:
+        report = _ingest_paths(
+            settings, paths, category=category, meta=meta, prune=prune, wait=wait,
+            progress=progress, embedder=embedder, force=force, collection=collection,
+        )  # fmt: skip
+        span.set(**report_attributes(report))
+    return report
+
+
+def report_attributes(report: IngestReport) -> dict[str, Any]:
+    """What an ingest span records of its run."""
+    return {
+        "files_seen": report.files_seen,
+        "new": report.new,
+        "changed": report.changed,
+        "unchanged": report.unchanged,
+        "pruned": report.pruned,
+        "failed": len(report.failed),
+        "chunks_written": report.chunks_written,
+        "aborted": report.aborted,
+    }
+
+
+def _ingest_paths(
+    settings: Settings,
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    category: str | None = None,
+    meta: dict[str, str] | None = None,
+    prune: bool = False,
+    wait: bool = True,
+    progress: ProgressCallback | None = None,
+    embedder: Embedder | None = None,
+    force: bool = False,
+    collection: str = DEFAULT_COLLECTION,
+) -> IngestReport:
+    """:func:`ingest_paths` without its span."""
     report = IngestReport()
     started = time.perf_counter()
     meta = dict(meta or {})

@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from loader.errors import PgkbError
 from loader.graph.relations import RELATION_TYPES
-from loader.serve.metrics import Metrics
+from loader.serve.metrics import Metrics, serving
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectSendStream
@@ -246,9 +246,11 @@ class _Observed:
 
     def __enter__(self) -> _Observed:
         self.started = time.perf_counter()
+        self.token = serving.set(self.metrics)
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        serving.reset(self.token)
         if self.metrics is not None:
             status = 200 if kind is None else 400
             self.metrics.observe(

@@ -25,6 +25,7 @@ server runs, its :class:`Metrics` listens to them.
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -37,6 +38,12 @@ from loader import telemetry
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30)
+
+serving: contextvars.ContextVar[Metrics | None] = contextvars.ContextVar(
+    "pgkb_serving_metrics", default=None
+)
+"""The metrics of the request being handled: events raised while it is handled count there only
+(the worker threads inherit it), so two servers in one process keep their own counts."""
 
 
 class Metrics:
@@ -84,6 +91,9 @@ class Metrics:
         telemetry.remove_listener(self.on_event)
 
     def on_event(self, name: str, labels: dict[str, Any]) -> None:
+        owner = serving.get()
+        if owner is not None and owner is not self:
+            return
         if name == "answer":
             self.answers.labels(mode=str(labels.get("mode", "-"))).inc()
         elif name == "abstention":
@@ -143,8 +153,10 @@ class RequestMetrics:
                 status = int(message["status"])
             await send(message)
 
+        token = serving.set(self.metrics)
         try:
             await self.app(scope, receive, send_status)
         finally:
+            serving.reset(token)
             mode = str(scope["state"].get("pgkb_mode", "-"))
             self.metrics.observe(route, mode, status, time.perf_counter() - started)

@@ -11,7 +11,8 @@ a chat model configured and earlier turns, the model first rewrites the question
 its own ("and how many weeks?" after a question about parental leave), then the usual answer
 path runs on it: retrieval, the abstention gate, the model's answer with its citations
 checked. Without a chat model the answer is extractive (the best passages, cited); a follow-up
-that retrieval cannot answer alone is read together with the previous question. The client's
+that refers back ("and ...", "what about ...", "it", "that", "they", ...) or that retrieval
+cannot answer alone is read together with the previous user question. The client's
 own system messages are not given to the model: pgkb's answer rules stand.
 
 The reply: ``choices[0].message.content`` is the cited answer (or "I don't know"), followed by
@@ -28,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -204,27 +206,43 @@ def condense(service: KnowledgeService, request: ChatRequest) -> str:
     return text
 
 
+_REFERS_BACK = re.compile(
+    r"^\s*(?:and|also|but|so|what about|how about)\b|\b(?:it|its|that|this|these|those|they|"
+    r"them|their|there|he|she|him|her|the same)\b",
+    re.IGNORECASE,
+)
+
+
+def refers_back(question: str) -> bool:
+    """Whether an (English) follow-up leans on the turn before it: it opens with "and", "what
+    about", ... or names something by a pronoun ("it", "that", "they", ...)."""
+    return bool(_REFERS_BACK.search(question))
+
+
 def answer(
     service: KnowledgeService,
     request: ChatRequest,
     collections: list[str] | None,
     on_text: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """``service.ask`` on the question (made standalone); without a chat model, a follow-up
-    that abstains alone is asked again together with the previous user question."""
-    question = condense(service, request)
-    if service.chat is None and request.earlier:
-        result = service.ask(question, collections=collections)
-        previous = [text for role, text in request.earlier if role == "user"]
-        if result["abstained"] and previous:
-            joined = f"{previous[-1]}\n{question}"
+    """``service.ask`` on the question made standalone. With a chat model, the model rewrites
+    it (:func:`condense`); without one, a follow-up that refers back (:func:`refers_back`), or
+    that abstains alone, is asked together with the previous user question."""
+    previous = [text for role, text in request.earlier if role == "user"]
+    if service.chat is not None or not previous:
+        question = condense(service, request)
+        return service.ask(question, collections=collections, on_text=on_text)
+    joined = f"{previous[-1]}\n{request.question}"
+    if refers_back(request.question):
+        result = service.ask(joined, collections=collections)
+    else:
+        result = service.ask(request.question, collections=collections)
+        if result["abstained"]:
             retry = service.ask(joined, collections=collections)
-            if not retry["abstained"]:
-                result = retry
-        if on_text is not None:
-            on_text(result["answer"])
-        return result
-    return service.ask(question, collections=collections, on_text=on_text)
+            result = result if retry["abstained"] else retry
+    if on_text is not None:
+        on_text(result["answer"])
+    return result
 
 
 def sources_footer(result: dict[str, Any]) -> str:

@@ -78,6 +78,8 @@ class EventStream(Response):
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             media_type=self.media_type,
         )
+        # no Content-Length: the body is as long as the answer
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
         self.work = work
         self.renderer = render
         self.error_response = error_response
