@@ -132,6 +132,14 @@ class Settings:
     source_root: Path | None = None
     """Store ``source_uri`` relative to this folder (``pgkb ingest --root``), so the same folder
     mounted elsewhere is the same set of documents; unset: absolute paths."""
+    web_timeout: float = 30.0
+    """Seconds ``pgkb ingest URL`` waits for a web page (each connect, read and write); a
+    slower page is reported as failed and the run goes on."""
+    web_user_agent: str = "pgkb"
+    """The User-Agent ``pgkb ingest URL`` sends, and the name it looks for in robots.txt."""
+    web_max_pages: int = 100
+    """Pages one ``pgkb ingest URL`` run fetches at most (``--max-pages``), sitemaps and crawls
+    included."""
     graph_across_collections: bool = False
     """Let links and mentions become graph edges to documents of other collections; off: an
     ingest links a document only to documents of its own collection."""
@@ -448,6 +456,12 @@ class Settings:
                 "extract_memory_mb must be at least 200 (the parsers need about 100 MB), "
                 f"got {self.extract_memory_mb}"
             )
+        if self.web_timeout <= 0:
+            problems.append(f"web_timeout must be positive, got {self.web_timeout}")
+        if self.web_max_pages < 1:
+            problems.append(f"web_max_pages must be at least 1, got {self.web_max_pages}")
+        if not self.web_user_agent.strip():
+            problems.append("web_user_agent must not be empty")
         if not 0 <= self.prune_max_fraction <= 1:
             problems.append(
                 f"prune_max_fraction must be between 0 and 1, got {self.prune_max_fraction}"

@@ -9,6 +9,7 @@ import click
 
 from loader.cli.base import App, emit_json, setting_option
 from loader.cli.progress import ProgressDisplay
+from loader.errors import ConfigError
 from loader.safety import echo, one_line, secho
 
 
@@ -37,7 +38,7 @@ def summary_line(data: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=str))
 @click.option("--category", help="Category stored with every document of this run.")
 @click.option(
     "--collection",
@@ -68,6 +69,30 @@ def summary_line(data: dict[str, Any]) -> str:
     help="When another ingest runs on the database: wait for it, or exit at once (code 2).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="After the run, keep following the folders: new and changed files are ingested, "
+    "deleted ones removed (with --prune's safety), until SIGTERM or Ctrl-C. With --json, one "
+    "JSON line per batch.",
+)
+@click.option(
+    "--sitemap",
+    "sitemaps",
+    multiple=True,
+    metavar="URL",
+    help="Ingest the pages a sitemap (or sitemap index) lists (repeatable).",
+)
+@click.option(
+    "--crawl-depth",
+    type=click.IntRange(0, 10),
+    default=0,
+    show_default=True,
+    help="Follow links on the same site this many hops from each URL given.",
+)
+@setting_option(
+    "web_max_pages", "--max-pages", type=click.IntRange(1), help="Pages fetched at most per run."
+)
 @setting_option("chunk_tokens", type=int, help="Chunk size in the embedding model's tokens.")
 @setting_option("chunk_overlap", type=int, help="Overlap between chunks, in tokens.")
 @setting_option("embedding_batch_size", type=int, help="Texts per embedding call.")
@@ -92,6 +117,10 @@ def ingest(
     force: bool,
     wait: bool,
     as_json: bool,
+    watch: bool,
+    sitemaps: tuple[str, ...],
+    crawl_depth: int,
+    web_max_pages: int | None,
     chunk_tokens: int | None,
     chunk_overlap: int | None,
     embedding_batch_size: int | None,
@@ -99,15 +128,20 @@ def ingest(
     prune_max_fraction: float | None,
     source_root: str | None,
 ) -> None:
-    """Ingest Markdown, text, HTML and PDF files and folders (recursively).
+    """Ingest Markdown, text, HTML and PDF files and folders (recursively), and web pages
+    (https://... URLs, --sitemap, a same-site crawl with --crawl-depth).
 
     Unchanged files are skipped without parsing; a changed file replaces its chunks in one
-    transaction; unchanged chunks keep their embeddings. Progress (files read, chunks embedded
-    out of the total, rate, time left) goes to stderr: redrawn in place at a terminal, one line
-    every 10 s when the output goes to a file or a log. Exit codes: 0 all went well, 1 some
-    files failed (the rest were ingested), 2 configuration, connection or model error.
+    transaction; unchanged chunks keep their embeddings. Web pages: robots.txt is respected,
+    unchanged pages answer 304 to their stored ETag / Last-Modified, the canonical URL is the
+    source_uri. --watch keeps following the folders afterwards. Progress (files read, chunks
+    embedded out of the total, rate, time left) goes to stderr: redrawn in place at a terminal,
+    one line every 10 s when the output goes to a file or a log. Exit codes: 0 all went well,
+    1 some files failed (the rest were ingested), 2 configuration, connection or model error.
     """
     from loader.ingest.pipeline import ingest_paths
+    from loader.ingest.report import IngestReport
+    from loader.ingest.web import Crawl, check_url, ingest_web, is_url
 
     settings = app.settings(
         chunk_tokens=chunk_tokens,
@@ -116,33 +150,116 @@ def ingest(
         max_file_mb=max_file_mb,
         prune_max_fraction=prune_max_fraction,
         source_root=source_root,
+        web_max_pages=web_max_pages,
     )
+    urls = [check_url(p) for p in paths if is_url(p)]
+    files = [p for p in paths if not is_url(p)]
+    site_maps = [check_url(u, where="--sitemap") for u in sitemaps]
+    if not paths and not site_maps:
+        raise ConfigError(
+            "nothing to ingest: give files, folders or URLs",
+            hint="pgkb ingest ~/docs, pgkb ingest https://example.org/handbook/, or --sitemap URL",
+        )
+    if watch and (urls or site_maps or not files):
+        raise ConfigError(
+            "--watch follows files and folders, not web pages",
+            hint="run pgkb ingest URL on a schedule (cron, a systemd timer) instead",
+        )
     # failures and the summary are printed below; per-file lines come with -v
     quiet = logging.getLogger().getEffectiveLevel() >= logging.WARNING
     logging.getLogger("loader.ingest").setLevel(logging.CRITICAL if quiet else logging.NOTSET)
+    if watch:
+        _watch(settings, files, category, collection, parse_meta(meta), prune, force, as_json)
+        return
+    report = IngestReport()
     # on stderr: a line redrawn at a terminal, else one line every 10 s (a log, cron, --json)
     with ProgressDisplay() as progress:
-        report = ingest_paths(
-            settings,
-            paths,
-            category=category,
-            collection=collection,
-            meta=parse_meta(meta),
-            prune=prune,
-            force=force,
-            wait=wait,
-            progress=progress,
-        )
+        if files:
+            report = ingest_paths(
+                settings,
+                files,
+                category=category,
+                collection=collection,
+                meta=parse_meta(meta),
+                prune=prune,
+                force=force,
+                wait=wait,
+                progress=progress,
+            )
+        if (urls or site_maps) and not report.aborted:
+            web = ingest_web(
+                settings,
+                Crawl(urls, site_maps, crawl_depth, settings.web_max_pages),
+                category=category,
+                collection=collection,
+                meta=parse_meta(meta),
+                wait=wait,
+                progress=progress,
+            )
+            web.files_seen += report.files_seen
+            web.merge(report)
+            report = web
+    _print_report(report, as_json)
+    if report.exit_code:
+        click.get_current_context().exit(report.exit_code)
+
+
+def _print_report(report: Any, as_json: bool) -> None:
     data = report.to_dict()
     if as_json:
         emit_json(data)
     else:
         for failure in report.failed:
             echo(f"failed: {one_line(failure['source'])}: {failure['reason']}", err=True)
+        for note in report.notes:
+            echo(f"note: {note}", err=True)
         echo(summary_line(data), err=True)
     if report.aborted and not as_json:  # with --json, the report says it (aborted, hint)
         secho(f"Error: {report.aborted}", fg="red", err=True)
         if report.hint:
             echo(f"  hint: {report.hint}", err=True)
-    if report.exit_code:
-        click.get_current_context().exit(report.exit_code)
+
+
+def _watch(
+    settings: Any,
+    files: list[str],
+    category: str | None,
+    collection: str,
+    meta: dict[str, str],
+    prune: bool,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """The first run, then one summary per batch of changes until SIGTERM or Ctrl-C."""
+    from loader.ingest.watch import Watcher
+
+    def report(data: dict[str, Any]) -> None:
+        if as_json:
+            emit_json(data)
+            return
+        for failure in data.get("failed", []):
+            echo(f"failed: {one_line(failure['source'])}: {failure['reason']}", err=True)
+        if data.get("event") == "error":
+            secho(f"Error: {data['error']} (kept; tried again on the next change)", fg="red",
+                  err=True)  # fmt: skip
+            return
+        removed = data.get("removed") or []
+        for uri in removed:
+            echo(f"removed: {one_line(uri)}", err=True)
+        label = "first run" if data.get("event") == "initial" else "changes"
+        echo(f"{label}: {summary_line(data)}", err=True)
+
+    watcher = Watcher(
+        settings, files, category=category, meta=meta, collection=collection, prune=prune,
+        force=force, report=report,
+    )  # fmt: skip
+    watcher.stop_on_signals()
+    first = watcher.first_run()
+    if first.aborted:
+        secho(f"Error: {first.aborted}", fg="red", err=True)
+        click.get_current_context().exit(2)
+    if not as_json:
+        echo("watching for changes (Ctrl-C or SIGTERM stops)", err=True)
+    watcher.run()
+    if not as_json:
+        echo("stopped", err=True)

@@ -41,6 +41,8 @@ class IngestReport:
     (``hnsw_bulk_threshold``; its build time is ``seconds["index"]``)."""
     aborted: str | None = None
     """Why the run stopped early (a run-level error), or None."""
+    notes: list[str] = dataclasses.field(default_factory=list)
+    """What the run did not do and why, when it is no failure (only in the summary if any)."""
     hint: str | None = None
     """What to do about ``aborted``."""
 
@@ -63,8 +65,25 @@ class IngestReport:
             return 2
         return 1 if self.failed else 0
 
+    def merge(self, other: IngestReport) -> None:
+        """Add ``other``'s counts, failures, times and notes to this report (``files_seen``
+        stays this report's: the sources it looked at)."""
+        for name in ("new", "changed", "unchanged", "pruned", "chunks_written",
+                     "embeddings_computed", "embeddings_reused"):  # fmt: skip
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.failed.extend(other.failed)
+        self.notes.extend(other.notes)
+        for key, seconds in other.seconds.items():
+            self.seconds[key] = self.seconds.get(key, 0.0) + seconds
+        for key, count in other.graph.items():
+            self.graph[key] = self.graph.get(key, 0) + count
+        self.index_rebuilt = self.index_rebuilt or other.index_rebuilt
+        self.aborted, self.hint = self.aborted or other.aborted, self.hint or other.hint
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        if not data["notes"]:
+            del data["notes"]
         data["seconds"] = {k: round(v, 3) for k, v in self.seconds.items()}
         data["exit_code"] = self.exit_code
         if self.aborted:  # what every failed --json run prints: error and hint

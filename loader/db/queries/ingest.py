@@ -110,3 +110,11 @@ SOURCE_URIS_LIKE = (
     "SELECT source_uri FROM kb.documents WHERE source_uri LIKE %s AND collection = %s"
 )
 DELETE_DOCUMENTS = "DELETE FROM kb.documents WHERE source_uri = ANY(%s) AND collection = %s"
+
+WEB_VALIDATORS = """
+SELECT metadata->>'url', source_uri, metadata->>'http_etag', metadata->>'http_last_modified'
+  FROM kb.documents
+ WHERE collection = %s AND metadata ? 'url' AND source_uri LIKE 'http%%'
+"""
+"""Web pages stored in a collection: the URL fetched, its source_uri (the canonical URL) and the
+validators the server sent (pgkb ingest URL asks with them: an unchanged page answers 304)."""

@@ -1,0 +1,289 @@
+"""``pgkb ingest PATH --watch``: folders kept in sync as they change (watchfiles: inotify on
+Linux, FSEvents on macOS, polling where neither works).
+
+First a whole run over the paths (the usual ingest, with ``--prune`` when given), then, for
+every burst of changes:
+
+1. **Coalesce.** Changes are collected until the folder has been quiet for
+   :data:`QUIET_MS` (at most :data:`MAX_WAIT_MS` from the first), so an editor's atomic save
+   (a temporary file written, then renamed over the original), a ``git checkout`` or a copy of
+   many files is one batch. Each path is then judged by what is on disk *now*, not by the
+   events: a temporary file that came and went is nothing; a file replaced by a rename is a
+   changed file.
+2. **Ingest what exists**: the changed and new files (and folders moved in) go through
+   :func:`loader.ingest.pipeline.ingest_paths`: unchanged bytes are skipped by their hash, a
+   changed document is replaced in one transaction, unchanged chunks keep their embeddings.
+3. **Remove what is gone** with ``--prune``'s safety: only documents whose file is certainly
+   gone (``lstat`` says not found), never under a folder that cannot be read, and never more
+   than ``prune_max_fraction`` of the documents under the watched paths in one batch without
+   ``--force`` (an unmounted disk looks like deleted files): such a batch removes nothing and
+   says why.
+
+A batch that fails (the database away, the embeddings API down) keeps its paths pending and is
+tried again with the next change or after :data:`RETRY_S` seconds. SIGTERM or SIGINT stop the
+watcher after the batch in progress: every document is written whole or not at all, as in any
+run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from loader.db import queries
+from loader.errors import ConfigError, PgkbError
+from loader.filters import DEFAULT_COLLECTION
+from loader.ingest.extract import mime_type
+from loader.ingest.pipeline import ingest_paths
+from loader.ingest.report import IngestReport
+from loader.ingest.sources import SourceNames
+from loader.ingest.writer import INGEST, _is_gone, ingest_lock
+from loader.providers.embeddings import Embedder, get_embedder
+from loader.settings import Settings
+
+log = logging.getLogger(__name__)
+
+QUIET_MS = 400
+"""A batch is handled once no change came for this long..."""
+MAX_WAIT_MS = 1500
+"""... or this long after its first change, whichever comes first."""
+RETRY_S = 30.0
+"""A failed batch is tried again after this long when nothing else changes."""
+
+Report = Callable[[dict[str, Any]], None]
+"""Receives one summary per run: the first one, then one per batch (``pgkb ingest --json``
+prints each as a JSON line)."""
+
+
+@dataclasses.dataclass
+class Batch:
+    """What one burst of changes asks for, judged by the disk after the burst."""
+
+    present: set[Path] = dataclasses.field(default_factory=set)
+    gone: set[Path] = dataclasses.field(default_factory=set)
+
+    def add(self, path: Path) -> None:
+        if os.path.lexists(path):
+            self.gone.discard(path)
+            if path.is_dir() or mime_type(path) is not None:
+                self.present.add(path)
+        else:
+            self.present.discard(path)
+            self.gone.add(path)
+
+    def __bool__(self) -> bool:
+        return bool(self.present or self.gone)
+
+
+def _hidden(path: Path, roots: Sequence[Path]) -> bool:
+    """Hidden files and folders are skipped by ingest: their changes are ignored too (editors'
+    swap and backup files among them)."""
+    for root in roots:
+        if path == root or path.is_relative_to(root):
+            parts = path.relative_to(root).parts if root.is_dir() else ()
+            return any(p.startswith(".") for p in parts)
+    return path.name.startswith(".")
+
+
+class Watcher:
+    """The watch loop over ``paths``; :meth:`run` returns when :attr:`stop` is set."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        paths: Sequence[str | os.PathLike[str]],
+        *,
+        category: str | None = None,
+        meta: dict[str, str] | None = None,
+        collection: str = DEFAULT_COLLECTION,
+        prune: bool = False,
+        force: bool = False,
+        report: Report | None = None,
+        embedder: Embedder | None = None,
+        quiet_ms: int = QUIET_MS,
+        max_wait_ms: int = MAX_WAIT_MS,
+    ) -> None:
+        self.settings = settings
+        self.paths = [Path(p).expanduser().absolute() for p in paths]
+        for path in self.paths:
+            if not path.exists():
+                raise ConfigError(f"{path} does not exist", hint="--watch follows existing paths")
+        self.roots = [p.resolve() for p in self.paths]
+        self.category, self.meta, self.collection = category, dict(meta or {}), collection
+        self.prune, self.force = prune, force
+        self.report = report or (lambda data: None)
+        self.embedder = embedder
+        self.quiet_ms, self.max_wait_ms = quiet_ms, max_wait_ms
+        self.names = SourceNames.for_root(settings.source_root)
+        self.stop = threading.Event()
+        self.pending = Batch()
+
+    # -- one run --------------------------------------------------------------------------------
+
+    def _ingest(self, paths: Iterable[Path], *, prune: bool = False) -> IngestReport:
+        return ingest_paths(
+            self.settings,
+            sorted(paths),
+            category=self.category,
+            meta=self.meta,
+            prune=prune,
+            force=self.force,
+            embedder=self.embedder,
+            collection=self.collection,
+        )
+
+    def first_run(self) -> IngestReport:
+        """The whole paths, once, as ``pgkb ingest`` would (with --prune when asked)."""
+        self.embedder = self.embedder or get_embedder(self.settings)
+        report = self._ingest(self.paths, prune=self.prune)
+        self.report({"event": "initial", **report.to_dict()})
+        return report
+
+    def handle(self, batch: Batch) -> dict[str, Any]:
+        """Ingest what is present, remove what is gone; the batch's summary. A run-level
+        failure raises :class:`PgkbError` (the caller keeps the batch pending)."""
+        started = time.perf_counter()
+        data: dict[str, Any] = {"event": "batch"}
+        if batch.present:
+            report = self._ingest(batch.present)
+            if report.aborted:
+                raise PgkbError(report.aborted, hint=report.hint)
+            data.update(report.to_dict())
+        else:
+            data.update(IngestReport().to_dict())
+        removed, refused = self.remove(batch.gone)
+        data["pruned"] = data.get("pruned", 0) + len(removed)
+        data["removed"] = removed
+        if refused:
+            data["failed"] = [*data.get("failed", []), refused]
+            data["exit_code"] = 1
+        data["seconds"] = {
+            **data.get("seconds", {}),
+            "total": round(time.perf_counter() - started, 3),
+        }
+        return data
+
+    # -- removals -------------------------------------------------------------------------------
+
+    def remove(self, gone: Iterable[Path]) -> tuple[list[str], dict[str, str] | None]:
+        """Delete the documents of files (or folders) that are certainly gone, with --prune's
+        safety; returns the removed source_uris and, when the fraction guard refused, why."""
+        from loader.db.session import connection
+
+        gone = [p for p in gone if not os.path.lexists(p)]
+        if not gone:
+            return [], None
+        with connection(self.settings) as conn, ingest_lock(conn, what=INGEST):
+            doomed: list[str] = []
+            for path in gone:
+                uri = self._uri(path)
+                if uri is None:
+                    continue
+                rows = conn.execute(
+                    queries.SOURCE_URIS_LIKE, (_like_exact_or_under(uri), self.collection)
+                ).fetchall()
+                for (stored,) in rows:
+                    under = stored == uri or stored.startswith(uri.rstrip("/") + "/")
+                    if under and _is_gone(str(self.names.path(stored))):
+                        doomed.append(stored)
+            total = 0
+            for root in (r for r in self.roots if r.is_dir()):
+                under = conn.execute(
+                    queries.SOURCE_URIS_LIKE, (self.names.like_prefix(root), self.collection)
+                ).fetchall()
+                total += len(under)
+            conn.commit()
+            doomed = sorted(set(doomed))
+            if not doomed:
+                return [], None
+            limit = self.settings.prune_max_fraction * max(total, len(doomed))
+            if not self.force and len(doomed) > limit:
+                reason = (
+                    f"removal refused: {len(doomed)} of the {total} documents under the watched "
+                    f"folders are gone at once (more than prune_max_fraction = "
+                    f"{self.settings.prune_max_fraction:g}); check that the folder is mounted "
+                    "and complete, then run `pgkb ingest PATH --prune --force` to delete them"
+                )
+                log.error("%s", reason)
+                return [], {"source": ", ".join(str(r) for r in self.roots), "reason": reason}
+            with conn.transaction():
+                conn.execute(queries.DELETE_DOCUMENTS, (doomed, self.collection))
+        for uri in doomed:
+            log.info("removed: %s", uri)
+        return doomed, None
+
+    def _uri(self, path: Path) -> str | None:
+        """The source_uri a (gone) path had, resolved through its folder (which still exists);
+        None when it is not under a watched folder (as --prune, the watcher removes only what
+        was under a folder it was given) or not under the source root."""
+        resolved = path.parent.resolve() / path.name
+        if not any(r.is_dir() and resolved.is_relative_to(r) and resolved != r for r in self.roots):
+            return None
+        try:
+            return self.names.uri(resolved)
+        except ValueError:  # outside the source root: never ingested under it
+            return None
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Follow the paths until :attr:`stop` is set; each batch's summary goes to ``report``
+        (a failed batch: an ``error`` event, its paths kept for the next try)."""
+        import watchfiles
+
+        def wanted(change: watchfiles.Change, raw: str) -> bool:
+            return not _hidden(Path(raw), self.roots)
+
+        last_try = time.monotonic()
+        for changes in watchfiles.watch(
+            *self.paths,
+            watch_filter=wanted,
+            debounce=self.max_wait_ms,
+            step=self.quiet_ms,
+            stop_event=self.stop,
+            rust_timeout=int(RETRY_S * 1000),
+            yield_on_timeout=True,
+            raise_interrupt=False,
+        ):
+            for _change, raw in changes:
+                self.pending.add(Path(raw))
+            if not self.pending or self.stop.is_set():
+                continue
+            if not changes and time.monotonic() - last_try < RETRY_S:
+                continue
+            batch, self.pending = self.pending, Batch()
+            last_try = time.monotonic()
+            try:
+                self.report(self.handle(batch))
+            except PgkbError as exc:
+                self.pending.present |= batch.present - self.pending.gone
+                self.pending.gone |= batch.gone - self.pending.present
+                log.error("watch: %s", exc.message)
+                self.report(
+                    {"event": "error", "error": exc.message, "hint": exc.hint, "exit_code": 2,
+                     "pending": sorted(str(p) for p in batch.present | batch.gone)}
+                )  # fmt: skip
+
+    def stop_on_signals(self) -> None:
+        """SIGTERM and SIGINT stop the loop after the batch in progress."""
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            log.warning("watch: %s received, stopping", signal.Signals(signum).name)
+            self.stop.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+
+def _like_exact_or_under(uri: str) -> str:
+    """A LIKE pattern matching ``uri`` and everything under it (filtered exactly afterwards)."""
+    escaped = uri.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"
