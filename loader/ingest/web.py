@@ -8,7 +8,8 @@ For each page, in order:
    allows everything.
 2. **Fetch**, following redirects, within ``web_timeout`` seconds and ``max_file_mb``; the
    validators stored with the page at its last ingest (``ETag``, ``Last-Modified``) are sent, so
-   an unchanged page answers 304 and costs nothing more.
+   an unchanged page answers 304 and costs nothing more (a page whose links the crawl still
+   follows is read whole, for its links; unchanged, it is skipped by its text's hash).
 3. **Its identity** (``source_uri``) is the page's canonical URL (``<link rel="canonical">``,
    when it is on the same site), else the URL after redirects, without its fragment: the same
    page reached by two links is one document.
@@ -30,6 +31,7 @@ import collections
 import dataclasses
 import gzip
 import logging
+import re
 import time
 import urllib.robotparser
 from collections.abc import Iterable, Iterator, Sequence
@@ -237,6 +239,13 @@ def canonical_url(html: bytes, final_url: str) -> str:
     return final_url
 
 
+def html_title(html: bytes) -> str | None:
+    """The page's ``<title>``, on one line (None when it has none)."""
+    tag = _soup(html).find("title")
+    title = " ".join(tag.get_text().split()) if tag is not None else ""
+    return title or None
+
+
 def page_links(html: bytes, base: str) -> list[str]:
     """The http(s) links of a page, absolute, without fragments, in order, once each."""
     found: dict[str, None] = {}
@@ -250,8 +259,14 @@ def page_links(html: bytes, base: str) -> list[str]:
     return list(found)
 
 
+_MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>])")
+
+
 def _sections_from_markdown(markdown: str) -> tuple[str | None, list[Section]]:
-    extracted = extract(markdown.encode("utf-8"), "page.md", "text/markdown")
+    """Sections with heading paths from trafilatura's Markdown (its backslash escapes removed:
+    ``\\[`` is ``[`` in the stored text)."""
+    text = _MD_ESCAPE.sub(r"\1", markdown)
+    extracted = extract(text.encode("utf-8"), "page.md", "text/markdown")
     return extracted.title, extracted.sections
 
 
@@ -293,8 +308,10 @@ def _parse_html(page: Page, metadata: dict[str, Any]) -> Parsed:
         favor_recall=True,
         with_metadata=False,
     )
-    meta = trafilatura.extract_metadata(text, default_url=page.final_url)
-    page_title = (meta.title if meta is not None else None) or None
+    page_title = html_title(html)
+    if not page_title:
+        meta = trafilatura.extract_metadata(text, default_url=page.final_url)
+        page_title = (meta.title if meta is not None else None) or None
     if not markdown or not markdown.strip():
         return Parsed(None, links)
     md_title, sections = _sections_from_markdown(markdown)
@@ -340,7 +357,7 @@ def sitemap_urls(fetcher: Fetcher, url: str, report: IngestReport) -> list[str]:
             report.fail(current, f"sitemap is not valid XML: {exc}")
             continue
         kind = root.tag.rpartition("}")[2]
-        for loc in root.iter("{*}loc"):
+        for loc in root.findall(".//{*}loc"):
             target = (loc.text or "").strip()
             if not target:
                 continue
@@ -391,6 +408,7 @@ def crawl_pages(
             queue.append((url, crawl.depth))  # listed pages are not followed further
     sites = {_site(u) for u in crawl.start}
     seen: set[str] = set()
+    yielded: set[str] = set()
     fetched = 0
     while queue and fetched < crawl.max_pages:
         url, depth = queue.popleft()
@@ -404,7 +422,10 @@ def crawl_pages(
         fetched += 1
         report.files_seen += 1
         previous = stored.get(url)
-        validators = (previous[1], previous[2]) if previous else (None, None)
+        # a page whose links the crawl follows is read whole (an unchanged one is still skipped
+        # by its hash); the others are asked with their validators, so unchanged is a 304
+        follow = depth < crawl.depth
+        validators = (previous[1], previous[2]) if previous and not follow else (None, None)
         try:
             with report.phase("fetch"):
                 page = fetcher.fetch(url, validators)
@@ -413,6 +434,10 @@ def crawl_pages(
             continue
         if progress:
             progress("file", {"source": url, "status": str(page.status)})
+        if page.final_url != url:  # a redirect to a page this run already has: nothing new
+            if page.final_url in seen:
+                continue
+            seen.add(page.final_url)
         if page.status == 304:
             report.unchanged += 1
             continue
@@ -436,13 +461,16 @@ def crawl_pages(
             log.debug("unexpected error on %s", url, exc_info=True)
             report.fail(url, f"cannot extract: {type(exc).__name__}: {exc}")
             continue
-        if depth < crawl.depth and _site(page.final_url) in sites:
+        if follow and _site(page.final_url) in sites:
             for link in parsed.links:
                 if _site(link) in sites and link not in seen and _looks_like_page(link):
                     queue.append((link, depth + 1))
         if parsed.document is None:
             report.fail(url, "no main text found on the page")
             continue
+        if parsed.document.source_uri in yielded:  # two URLs, one canonical page
+            continue
+        yielded.add(parsed.document.source_uri)
         yield parsed.document
     if queue and fetched >= crawl.max_pages:
         left = len({u for u, _ in queue} - seen)
