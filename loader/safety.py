@@ -118,11 +118,12 @@ def one_line(value: object) -> str:
 _JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 
 
-def json_text(data: Any) -> str:
+def json_text(data: Any, *, indent: int | None = 2) -> str:
     """``data`` as indented JSON for a terminal or a pipe: non-ASCII text stays readable, but
     DEL, C1 controls, bidirectional overrides and line separators are written as ``\\uXXXX``
-    escapes (C0 controls already are), so the JSON means the same and prints safely."""
-    text = json.dumps(data, indent=2, default=str, ensure_ascii=False)
+    escapes (C0 controls already are), so the JSON means the same and prints safely.
+    ``indent=None``: one line (JSON lines)."""
+    text = json.dumps(data, indent=indent, default=str, ensure_ascii=False)
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 

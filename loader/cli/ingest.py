@@ -232,10 +232,12 @@ def _watch(
 ) -> None:
     """The first run, then one summary per batch of changes until SIGTERM or Ctrl-C."""
     from loader.ingest.watch import Watcher
+    from loader.safety import json_text
 
     def report(data: dict[str, Any]) -> None:
-        if as_json:
-            emit_json(data)
+        if as_json:  # JSON lines: one object per line, flushed for whoever reads the pipe
+            click.echo(json_text(data, indent=None))
+            sys.stdout.flush()
             return
         for failure in data.get("failed", []):
             echo(f"failed: {one_line(failure['source'])}: {failure['reason']}", err=True)
@@ -254,6 +256,7 @@ def _watch(
         force=force, report=report,
     )  # fmt: skip
     watcher.stop_on_signals()
+    watcher.start()  # before the first run: a change made while it works is not missed
     first = watcher.first_run()
     if first.aborted:
         secho(f"Error: {first.aborted}", fg="red", err=True)

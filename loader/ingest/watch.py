@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import queue
 import signal
 import threading
 import time
@@ -125,6 +126,7 @@ class Watcher:
         self.names = SourceNames.for_root(settings.source_root)
         self.stop = threading.Event()
         self.pending = Batch()
+        self.changes: queue.Queue[set[tuple[Any, str]] | Exception | None] = queue.Queue()
 
     # -- one run --------------------------------------------------------------------------------
 
@@ -234,30 +236,64 @@ class Watcher:
 
     # -- the loop -------------------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Follow the paths until :attr:`stop` is set; each batch's summary goes to ``report``
-        (a failed batch: an ``error`` event, its paths kept for the next try)."""
+    def start(self) -> None:
+        """Start watching (on a thread of its own) before the first run, so a change made while
+        the first run works is not missed."""
+        ready = threading.Event()
+        thread = threading.Thread(target=self._watch, args=(ready,), name="pgkb-watch", daemon=True)
+        thread.start()
+        ready.wait(10)
+        self._thread = thread
+
+    def _watch(self, ready: threading.Event) -> None:
         import watchfiles
 
         def wanted(change: watchfiles.Change, raw: str) -> bool:
             return not _hidden(Path(raw), self.roots)
 
-        last_try = time.monotonic()
-        for changes in watchfiles.watch(
+        changes = watchfiles.watch(
             *self.paths,
             watch_filter=wanted,
             debounce=self.max_wait_ms,
             step=self.quiet_ms,
             stop_event=self.stop,
-            rust_timeout=int(RETRY_S * 1000),
+            rust_timeout=500,
             yield_on_timeout=True,
             raise_interrupt=False,
-        ):
-            for _change, raw in changes:
+        )
+        try:
+            for found in changes:
+                ready.set()  # the first (timeout) yield: the watch is in place
+                if found:
+                    self.changes.put(found)
+        except Exception as exc:  # the folder vanished, the inotify limit reached, ...
+            log.error("watch: the watch stopped: %s", exc)
+            self.changes.put(exc)
+        finally:
+            ready.set()
+            self.changes.put(None)
+
+    def run(self) -> None:
+        """Handle the batches of changes until :attr:`stop` is set; each batch's summary goes to
+        ``report`` (a failed batch: an ``error`` event, its paths kept for the next try)."""
+        if not hasattr(self, "_thread"):
+            self.start()
+        last_try = time.monotonic()
+        while not self.stop.is_set():
+            try:
+                found = self.changes.get(timeout=0.5)
+            except queue.Empty:
+                found = set()
+            if found is None:
+                return
+            if isinstance(found, Exception):
+                raise PgkbError(
+                    f"the watch of {', '.join(map(str, self.paths))} stopped: {found}",
+                    hint="on Linux, raise fs.inotify.max_user_watches for large trees",
+                )
+            for _change, raw in found:
                 self.pending.add(Path(raw))
-            if not self.pending or self.stop.is_set():
-                continue
-            if not changes and time.monotonic() - last_try < RETRY_S:
+            if not self.pending or (not found and time.monotonic() - last_try < RETRY_S):
                 continue
             batch, self.pending = self.pending, Batch()
             last_try = time.monotonic()

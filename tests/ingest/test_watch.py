@@ -1,0 +1,201 @@
+"""``pgkb ingest DIR --watch`` as a running process: files written, saved atomically (a temporary
+file renamed over the original, as editors do), written in bursts, renamed and deleted while it
+runs; each change reaches the database (polled with deadlines), a burst is one batch, a mass
+deletion is refused like --prune's, and SIGTERM stops it cleanly with every document whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+pytestmark = pytest.mark.model
+
+ROOT = Path(__file__).resolve().parents[2]
+DEADLINE = 60.0
+"""Seconds a change may take to show (generous: the machine may be loaded; the figure measured
+on a quiet machine is in the ingest guide)."""
+
+
+class Watch:
+    def __init__(self, folder: Path, env: dict[str, str], *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from loader.cli import main; main()", "ingest",
+             str(folder), "--watch", "--json", *args],
+            env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        self.stderr: list[str] = []
+        self.readers = [
+            threading.Thread(target=self._read, daemon=True),
+            threading.Thread(target=self._read_err, daemon=True),
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(30)
+        for reader in self.readers:
+            reader.join(30)
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.strip():
+                self.lines.put(json.loads(line))
+
+    def _read_err(self) -> None:
+        assert self.process.stderr is not None
+        self.stderr.extend(self.process.stderr)
+
+    def next_report(self, timeout: float = DEADLINE) -> dict[str, Any]:
+        report = self.lines.get(timeout=timeout)
+        self.seen.append(report)
+        return report
+
+    def drain(self) -> list[dict[str, Any]]:
+        out = []
+        while not self.lines.empty():
+            out.append(self.lines.get_nowait())
+        self.seen.extend(out)
+        return out
+
+
+def documents(url: str) -> dict[str, str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT d.source_uri, string_agg(c.content, ' ' ORDER BY c.chunk_index) "
+            "FROM kb.documents d LEFT JOIN kb.chunks c ON c.document_id = d.id GROUP BY 1"
+        ).fetchall()
+    return {uri: text or "" for uri, text in rows}
+
+
+def until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> float:
+    """Poll ``check`` until it holds; the seconds it took (fails after ``timeout``)."""
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < timeout, f"not within {timeout:g} s: {what}"
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+@pytest.fixture
+def watch(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[Callable[..., Watch]]:
+    started: list[Watch] = []
+
+    def start(*args: str) -> Watch:
+        process = Watch(tmp_path / "docs", cli_env, *args)
+        started.append(process)
+        return process
+
+    (tmp_path / "docs").mkdir()
+    yield start
+    for process in started:
+        process.close()
+
+
+def test_a_watched_folder_follows_writes_saves_renames_and_deletes(
+    watch: Callable[..., Watch], tmp_path: Path, db_url: str
+) -> None:
+    docs = tmp_path / "docs"
+    (docs / "leave.md").write_text("# Parental leave\n\nParents receive sixteen weeks of leave.\n")
+    (docs / "travel.md").write_text("# Travel\n\nBook trains for short journeys.\n")
+    (docs / "sub").mkdir()
+    (docs / "sub" / "laptops.md").write_text("# Laptops\n\nOne laptop per employee.\n")
+    watcher = watch("--prune")
+    first = watcher.next_report(timeout=300)  # the model loads first
+    assert first["event"] == "initial" and first["new"] == 3, first
+
+    uri = lambda name: str((docs / name).resolve())  # noqa: E731
+
+    # a new file
+    (docs / "equipment.md").write_text("# Equipment\n\nUp to 600 EUR for a desk.\n")
+    took = until(lambda: "600 EUR" in documents(db_url).get(uri("equipment.md"), ""), "a new file")
+    print(f"a new file was searchable {took:.1f} s after its write")
+
+    # an editor's atomic save: a temporary file written, then renamed over the original
+    temporary = docs / ".leave.md.swp"
+    temporary.write_text("# Parental leave\n\nParents receive twenty weeks of leave.\n")
+    os.replace(temporary, docs / "leave.md")
+    until(lambda: "twenty weeks" in documents(db_url)[uri("leave.md")], "an atomic save")
+    assert uri(".leave.md.swp") not in documents(db_url)
+
+    # a burst: ten writes of one file at once are one batch, and the last text wins
+    watcher.drain()
+    for i in range(10):
+        (docs / "travel.md").write_text(f"# Travel\n\nBook trains; version {i} of the rule.\n")
+    until(lambda: "version 9" in documents(db_url)[uri("travel.md")], "a burst")
+    time.sleep(1)  # anything still to come of the burst would have arrived by now
+    batches = [r for r in watcher.drain() if r["event"] == "batch"]
+    assert len(batches) <= 2, batches
+
+    # a rename: the old name goes, the new one comes (its embeddings reused)
+    os.rename(docs / "equipment.md", docs / "furniture.md")
+    until(
+        lambda: (
+            uri("furniture.md") in documents(db_url)
+            and uri("equipment.md") not in documents(db_url)
+        ),
+        "a rename",
+    )
+    # a deleted file, and a folder moved away
+    (docs / "travel.md").unlink()
+    until(lambda: uri("travel.md") not in documents(db_url), "a deletion")
+    os.rename(docs / "sub", tmp_path / "sub-moved")
+    until(lambda: uri("sub/laptops.md") not in documents(db_url), "a folder moved away")
+    assert set(documents(db_url)) == {uri("leave.md"), uri("furniture.md")}
+
+    # everything at once: refused like --prune, nothing removed
+    watcher.drain()
+    (docs / "leave.md").unlink()
+    (docs / "furniture.md").unlink()
+    until(
+        lambda: any(
+            "removal refused" in f["reason"] for r in watcher.drain() for f in r.get("failed", [])
+        ),
+        "a refused mass deletion",
+    )
+    assert set(documents(db_url)) == {uri("leave.md"), uri("furniture.md")}
+
+    # SIGTERM while a change is being handled: a clean stop, every document whole
+    (docs / "late.md").write_text("# Late\n\nWritten just before the stop.\n")
+    time.sleep(0.5)
+    watcher.process.send_signal(signal.SIGTERM)
+    assert watcher.process.wait(DEADLINE) == 0, "".join(watcher.stderr)
+    with psycopg.connect(db_url) as conn:
+        empty = conn.execute(
+            "SELECT count(*) FROM kb.documents d "
+            "WHERE NOT EXISTS (SELECT 1 FROM kb.chunks c WHERE c.document_id = d.id)"
+        ).fetchone()
+    assert empty == (0,)
+    assert "Traceback" not in "".join(watcher.stderr)
+
+
+def test_watch_refuses_what_it_cannot_follow(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    from click.testing import CliRunner
+
+    from loader.cli import cli
+
+    result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "nowhere"), "--watch"], env=cli_env)
+    assert result.exit_code == 2 and "does not exist" in result.output
