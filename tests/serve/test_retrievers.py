@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +24,8 @@ from tests.fake_openai import FakeOpenAI
 from tests.serve_fixtures import ServeKb, running, serve_kb  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.model
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOKEN = "retriever-token"
 FURNITURE = "Who covers the cost of furniture for my home workspace?"
@@ -158,3 +165,32 @@ def test_clear_errors(server: str, serve_kb: ServeKb) -> None:  # noqa: F811
         IndexRetriever(serve_url=server, collections=["no spaces"])
     with pytest.raises(ConfigError, match="empty"):
         PgkbRetriever(serve_url=server, token=TOKEN).invoke("  ")
+
+
+def test_the_guide_examples_run_as_written(serve_kb: ServeKb, tmp_path: Path) -> None:  # noqa: F811
+    """The two examples of docs/guides/frameworks.md, run as they are written, with pgkb's
+    configuration (PGKB_DATABASE_URL) pointing at the knowledge base."""
+    guide = (ROOT / "docs" / "guides" / "frameworks.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", guide, re.DOTALL)
+    assert len(blocks) == 2
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", ""),
+        "XDG_CONFIG_HOME": str(tmp_path),
+        "PYTHONPATH": str(ROOT),
+        **serve_kb.env(serve_kb.reader_url),
+    }
+    for block in blocks:
+        result = subprocess.run(
+            [sys.executable, "-c", block],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0].startswith("CREATE INDEX engineering/createindex.md"), result.stdout
+        assert "VACUUM" in result.stdout
