@@ -100,6 +100,28 @@ def test_a_tool_result_can_be_cited(
     assert "messages" not in answer.to_json()
 
 
+def test_the_agent_reports_its_steps(
+    conn: psycopg.Connection[Any],
+    corpus: dict[str, str],
+    kb_settings: Settings,
+    fake_openai: FakeOpenAI,
+) -> None:
+    """What the MCP ask tool sends as progress notifications."""
+    fake_openai.script(
+        "/v1/chat/completions",
+        call("search_chunks", {"query": "checkpoint_timeout max_wal_size", "limit": 2}),
+        chat_reply("Spread writes with checkpoint_completion_target [Checkpoint Tuning]."),
+    )
+    lines: list[str] = []
+    agent(conn, kb_settings, progress=lines.append)
+    assert lines == [
+        "searching the knowledge base",
+        "step 1 of 4: asking the chat model",
+        "step 1 of 4: calling search_chunks",
+        "step 2 of 4: asking the chat model",
+    ]
+
+
 def test_the_loop_stops_at_the_step_limit(
     conn: psycopg.Connection[Any],
     corpus: dict[str, str],
