@@ -67,7 +67,7 @@ def mcp(
 ) -> None:
     """A Model Context Protocol server: search, ask, read_document, neighbor_chunks,
     explore_graph and list_documents as tools, over stdio (how desktop and coding agents start
-    tools) or streamable HTTP (--http).
+    tools) or streamable HTTP (--http, with GET /metrics beside /mcp).
 
     It runs as the role its database URL names: a role given `pgkb db grant ROLE --read` can
     use every tool."""
@@ -149,7 +149,9 @@ def serve(
     wait_timeout: float,
 ) -> None:
     """An HTTP service: POST /v1/embeddings (OpenAI's format, the knowledge base's model),
-    POST /v1/search, POST /v1/ask, GET /healthz.
+    POST /v1/chat/completions and GET /v1/models (OpenAI's chat API: chat UIs and OpenAI
+    clients get cited answers, streamed), POST /v1/search, POST /v1/ask (streamed with
+    "stream": true), GET /healthz, GET /metrics (Prometheus).
 
     A service in any language embeds its query here and calls hybrid_search in SQL as a
     `pgkb db grant --read` role; or asks /v1/search directly. Requests must name this server
