@@ -67,7 +67,11 @@ def is_url(value: str) -> bool:
 
 def check_url(url: str, *, where: str = "URL") -> str:
     """``url`` without its fragment, or a :class:`ConfigError` naming it and what is wrong."""
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018  (a port that is no number raises here)
+    except ValueError as exc:
+        raise ConfigError(f"{where} {url!r} is not a valid URL: {exc}") from None
     if parts.scheme.lower() not in ("http", "https"):
         raise ConfigError(
             f"{where} {url!r} is not an http(s) URL",
@@ -139,7 +143,7 @@ class Fetcher:
         parser = urllib.robotparser.RobotFileParser(where)
         try:
             response = self.client.get(where)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             why = _why(exc, self.settings)
             return f"{where} could not be read ({why}), so the site is not crawled"
         if response.status_code >= 500:
@@ -182,7 +186,7 @@ class Fetcher:
                 )
         except httpx.TooManyRedirects:
             raise FetchError(f"more than {MAX_REDIRECTS} redirects") from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise FetchError(_why(exc, self.settings)) from None
 
     def _read(self, response: Any) -> bytes:
@@ -253,9 +257,11 @@ def page_links(html: bytes, base: str) -> list[str]:
         href = str(anchor["href"]).strip()
         if not href or href.startswith(("mailto:", "javascript:", "tel:", "#")):
             continue
-        url = urldefrag(urljoin(base, href))[0]
-        if url.lower().startswith(("http://", "https://")):
-            found[url] = None
+        try:
+            url = check_url(urljoin(base, href))
+        except (ValueError, ConfigError):  # a malformed link on the page: not followed
+            continue
+        found[url] = None
     return list(found)
 
 

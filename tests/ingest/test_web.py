@@ -212,6 +212,7 @@ def test_sitemap_canonical_url_and_clear_errors(
     runner = CliRunner()
     for args, says in (
         (["ingest", "http://"], "has no host"),
+        (["ingest", "http://[::1/page"], "not a valid URL"),
         (["ingest", "--sitemap", "ftp://example.org/sitemap.xml"], "not an http(s) URL"),
         (["ingest", site.url + "/index.html", "--watch"], "--watch follows files"),
         (["ingest"], "nothing to ingest"),
