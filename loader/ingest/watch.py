@@ -40,6 +40,7 @@ from types import FrameType
 from typing import Any
 
 from loader.db import queries
+from loader.db.session import connection
 from loader.errors import ConfigError, PgkbError
 from loader.filters import DEFAULT_COLLECTION
 from loader.ingest.extract import mime_type
@@ -178,8 +179,6 @@ class Watcher:
     def remove(self, gone: Iterable[Path]) -> tuple[list[str], dict[str, str] | None]:
         """Delete the documents of files (or folders) that are certainly gone, with --prune's
         safety; returns the removed source_uris and, when the fraction guard refused, why."""
-        from loader.db.session import connection
-
         gone = [p for p in gone if not os.path.lexists(p)]
         if not gone:
             return [], None

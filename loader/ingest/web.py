@@ -34,6 +34,8 @@ import logging
 import re
 import time
 import urllib.robotparser
+import warnings
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import PurePosixPath
 from typing import Any
@@ -42,6 +44,7 @@ from urllib.parse import urldefrag, urljoin, urlsplit, urlunsplit
 import psycopg
 
 from loader.db import queries
+from loader.db.session import connection
 from loader.errors import ConfigError
 from loader.filters import DEFAULT_COLLECTION
 from loader.ingest.extract import ExtractionError, Section, extract
@@ -222,8 +225,6 @@ class Parsed:
 
 
 def _soup(html: bytes) -> Any:
-    import warnings
-
     from bs4 import BeautifulSoup, XMLParsedAsHTMLWarning
 
     with warnings.catch_warnings():
@@ -338,8 +339,6 @@ def _parse_html(page: Page, metadata: dict[str, Any]) -> Parsed:
 def sitemap_urls(fetcher: Fetcher, url: str, report: IngestReport) -> list[str]:
     """The page URLs of a sitemap (following a sitemap index, at most :data:`MAX_SITEMAPS`
     sitemaps); a sitemap that cannot be read is reported."""
-    import xml.etree.ElementTree as ElementTree
-
     pages: dict[str, None] = {}
     queue = collections.deque([url])
     seen: set[str] = set()
@@ -507,8 +506,6 @@ def ingest_web(
     embedder: Embedder | None = None,
 ) -> IngestReport:
     """Fetch and ingest the pages of ``crawl`` into ``collection`` (see the module's doc)."""
-    from loader.db.session import connection
-
     started = time.perf_counter()
     embedder = embedder or get_embedder(settings)
     fetcher = Fetcher(settings)

@@ -12,8 +12,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from loader.db.session import connection
 from loader.errors import ConfigError, PgkbError
 from loader.filters import SearchFilters, check_collection
+from loader.providers.embeddings import get_embedder
+from loader.search import search
 from loader.settings import Settings, load_settings
 
 MODES = ("hybrid", "vector", "keyword")
@@ -76,17 +79,12 @@ class DatabaseBackend:
         self._lock = threading.Lock()
 
     def _embed(self, text: str) -> list[float]:
-        from loader.providers.embeddings import get_embedder
-
         with self._lock:
             if self._embedder is None:
                 self._embedder = get_embedder(self.settings)
             return list(self._embedder.embed_query(text))
 
     def search(self, query: str, options: SearchOptions) -> list[dict[str, Any]]:
-        from loader.db.session import connection
-        from loader.search import search
-
         text = _query(query)
         settings = self.settings.replace(
             min_similarity=options.min_similarity,

