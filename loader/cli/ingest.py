@@ -10,7 +10,7 @@ import click
 from loader.cli.base import App, emit_json, setting_option
 from loader.cli.progress import ProgressDisplay
 from loader.errors import ConfigError
-from loader.safety import echo, one_line, secho
+from loader.safety import echo, json_text, one_line, secho
 
 
 def parse_meta(values: tuple[str, ...]) -> dict[str, str]:
@@ -232,7 +232,6 @@ def _watch(
 ) -> None:
     """The first run, then one summary per batch of changes until SIGTERM or Ctrl-C."""
     from loader.ingest.watch import Watcher
-    from loader.safety import json_text
 
     def report(data: dict[str, Any]) -> None:
         if as_json:  # JSON lines: one object per line, flushed for whoever reads the pipe
