@@ -101,12 +101,18 @@ def main() -> int:
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         first = threading.Event()
+        batches: list[dict[str, Any]] = []
 
         def read() -> None:
             assert process is not None and process.stdout is not None
             for line in process.stdout:
-                if line.strip() and json.loads(line).get("event") == "initial":
+                if not line.strip():
+                    continue
+                data = json.loads(line)
+                if data.get("event") == "initial":
                     first.set()
+                elif data.get("event") == "batch" and data.get("new", 0) + data.get("changed", 0):
+                    batches.append(data["seconds"])
 
         threading.Thread(target=read, daemon=True).start()
         if not first.wait(600):
@@ -136,6 +142,11 @@ def main() -> int:
             print(
                 f"| {kind} | {len(values)} | {statistics.median(values):.2f} | {max(values):.2f} |"
             )
+        stages = sorted({k for b in batches for k in b}, key=lambda k: k == "total")
+        print(f"\nwhere a batch that ingests a file spends its time ({len(batches)} batches):")
+        print("| stage | median s |\n| --- | --- |")
+        for stage in stages:
+            print(f"| {stage} | {statistics.median(b.get(stage, 0.0) for b in batches):.2f} |")
         return 0
     finally:
         if process is not None:
