@@ -25,8 +25,8 @@ pytestmark = pytest.mark.model
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 60.0
-"""Seconds a change may take to show (generous: the machine may be loaded; the figure measured
-on a quiet machine is in the ingest guide)."""
+"""Seconds a change may take to show (generous: the machine may be loaded; speed is measured by
+bench/watch_latency.py, its figures are in docs/measurements/ingest.md)."""
 
 
 class Watch:
