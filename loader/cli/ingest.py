@@ -156,9 +156,9 @@ def ingest(
     files = [p for p in paths if not is_url(p)]
     site_maps = [check_url(u, where="--sitemap") for u in sitemaps]
     if not paths and not site_maps:
-        raise ConfigError(
-            "nothing to ingest: give files, folders or URLs",
-            hint="pgkb ingest ~/docs, pgkb ingest https://example.org/handbook/, or --sitemap URL",
+        raise click.UsageError(
+            "Missing argument 'PATHS...': nothing to ingest; give files, folders or URLs "
+            "(pgkb ingest ~/docs, pgkb ingest https://example.org/handbook/) or --sitemap URL"
         )
     if watch and (urls or site_maps or not files):
         raise ConfigError(
