@@ -111,7 +111,9 @@ def test_openai_client_embeddings_match_pgkb_and_rank_like_the_cli_in_sql(
     decoded = np.frombuffer(base64.b64decode(encoded["data"][0]["embedding"]), dtype="<f4")
     assert np.allclose(decoded, body["data"][1]["embedding"], atol=1e-6)
     models = httpx.get(server + "/v1/models", headers=_auth()).json()
-    assert models["data"][0]["id"] == embedder.name
+    # the chat models first (a chat UI picks the first), then the embedding model
+    ids = [m["id"] for m in models["data"]]
+    assert ids[0] == "pgkb" and ids[-1] == embedder.name, ids
 
 
 @pytest.mark.parametrize(
