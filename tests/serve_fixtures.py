@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 
 from loader.settings import Settings
-from tests.helpers import create_database, drop_database
+from tests.helpers import create_database, drop_database, uvicorn_thread
 
 PASSWORD = "serve-pw"
 
@@ -165,24 +165,7 @@ def serve_kb(
 
 @contextlib.contextmanager
 def running(app: Any) -> Iterator[str]:
-    """Serve the ASGI ``app`` on uvicorn (an ephemeral 127.0.0.1 port, lifespan on) in a thread;
+    """Serve the ASGI ``app`` as ``pgkb serve`` does (:func:`tests.helpers.uvicorn_thread`);
     yields its base URL and stops it (graceful shutdown) at the end."""
-    import threading
-    import time
-
-    import uvicorn
-
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    instance = uvicorn.Server(config)
-    thread = threading.Thread(target=instance.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not instance.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    port = instance.servers[0].sockets[0].getsockname()[1]
-    try:
+    with uvicorn_thread(app) as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        instance.should_exit = True
-        thread.join(timeout=30)
