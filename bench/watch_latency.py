@@ -118,7 +118,10 @@ def main() -> int:
         if not first.wait(600):
             raise SystemExit("the watcher's first run did not finish within 600 s")
         shows = _shows(url)
-        uri = lambda name: str((docs / name).resolve())  # noqa: E731
+
+        def uri(name: str) -> str:
+            return str((docs / name).resolve())
+
         times: dict[str, list[float]] = {"new file": [], "atomic save": [], "deletion": []}
         loads = [os.getloadavg()[0]]
         for i in range(args.rounds):
