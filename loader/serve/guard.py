@@ -32,6 +32,7 @@ import dataclasses
 import hmac
 import ipaddress
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -109,9 +110,13 @@ class Guard:
         body_timeout: float = Limits.body_timeout,
         allowed_hosts: tuple[str, ...] = (),
         bound: str = Limits.bound,
+        web_paths: Callable[[str], bool] | None = None,
     ) -> None:
         self.app = app
         self.token = token
+        self.web_paths = web_paths
+        """Which paths are a web interface's pages: they check their own session cookie, not
+        the bearer token."""
         self.max_body = max_body
         self.concurrency = max(1, concurrency)
         self.queue_timeout = queue_timeout
@@ -142,7 +147,8 @@ class Guard:
             await refusal(scope, receive, send)
             return
         path = scope.get("path", "")
-        if self.token and path not in OPEN_PATHS and not self._authorised(headers):
+        web = self.web_paths is not None and self.web_paths(path)
+        if self.token and path not in OPEN_PATHS and not web and not self._authorised(headers):
             response = error(401, "missing or wrong bearer token", "authentication_error")
             response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)

@@ -16,6 +16,9 @@ Routes (JSON in, JSON out; errors as ``{"error": {"message", "type"}}``):
     What ``pgkb search --json`` and ``pgkb ask --json`` print.
 ``GET /healthz``
     Database reachable and model loaded (503 when the database is not); needs no token.
+``GET /`` and the pages under it
+    The web interface (:mod:`loader.web`): signed in with a session cookie, not the bearer
+    token.
 
 Limits (:mod:`loader.serve.guard`, around the whole app): the ``Host`` header must name this
 server (421), a bearer token when one is configured (``PGKB_SERVE_TOKEN``; compared in constant
@@ -51,6 +54,7 @@ from loader.serve.service import (
     parse_document_ids,
     surrogate_path,
 )
+from loader.web.app import is_web_path, web_routes
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +120,7 @@ def create_app(
     allowed_hosts: tuple[str, ...] = (),
     bound: str = Limits.bound,
     close_service: bool = True,
+    web: bool = True,
 ) -> ASGIApp:
     """The ASGI app serving ``service`` (opened already; closed at shutdown if
     ``close_service``), inside its :class:`~loader.serve.guard.Guard`."""
@@ -250,6 +255,7 @@ def create_app(
             Route("/v1/search", handler(search), methods=["POST"]),
             Route("/v1/ask", handler(ask), methods=["POST"]),
             Route("/healthz", handler(healthz), methods=["GET"]),
+            *(web_routes(service, token=token) if web else []),
         ],
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
@@ -264,13 +270,21 @@ def create_app(
         body_timeout=body_timeout,
         allowed_hosts=allowed_hosts,
         bound=bound,
+        web_paths=is_web_path if web else None,
     )
 
 
 def run(
-    service: KnowledgeService, limits: Limits, *, host: str, port: int, log_level: str = "info"
+    service: KnowledgeService,
+    limits: Limits,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    open_browser: bool = False,
 ) -> None:
-    """Serve until SIGINT/SIGTERM; requests in flight get 10 s to finish."""
+    """Serve until SIGINT/SIGTERM; requests in flight get 10 s to finish. ``open_browser``:
+    open the web interface in the default browser once the server answers."""
     import uvicorn
 
     app = create_app(
@@ -284,6 +298,10 @@ def run(
         allowed_hosts=limits.allowed_hosts,
         bound=host,
     )
+    if open_browser:
+        from loader.web.launch import open_when_ready
+
+        open_when_ready(host, port)
     config = server_config(
         app,
         host=host,
