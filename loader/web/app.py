@@ -195,6 +195,7 @@ def safe_next(value: str | None) -> str:
 class _DoctorRun:
     checks: list[Any]
     at: float
+    error: str | None = None
 
 
 class WebUI:
@@ -601,20 +602,28 @@ class WebUI:
 
     # -- status -----------------------------------------------------------------------------------
 
-    def _doctor_checks(self, recheck: bool) -> _DoctorRun | None:
+    def _run_doctor(self) -> None:
+        """Run ``pgkb doctor``'s checks as the server's role and keep the result (or why they
+        could not run: a ``--read`` role may not read what some checks read)."""
+        import psycopg
+
         from loader.ops.doctor import run_checks
 
-        def refresh() -> None:
-            try:
-                checks = run_checks(self.service.settings)
-                with self._doctor_lock:
-                    self._doctor = _DoctorRun(checks, time.time())
-            except Exception:  # the status page says the checks could not run
-                log.exception("pgkb doctor's checks failed")
-            finally:
-                with self._doctor_lock:
-                    self._doctor_running = False
+        try:
+            run = _DoctorRun(run_checks(self.service.settings), time.time())
+        except (PgkbError, psycopg.Error) as exc:
+            message = exc.message if isinstance(exc, PgkbError) else str(exc).strip()
+            run = _DoctorRun([], time.time(), message.splitlines()[0] if message else "error")
+        except Exception:
+            log.exception("pgkb doctor's checks failed")
+            run = _DoctorRun([], time.time(), "internal error; the server log has the details")
+        with self._doctor_lock:
+            self._doctor = run
+            self._doctor_running = False
 
+    def _doctor_checks(self, recheck: bool) -> _DoctorRun | None:
+        """The last run of the checks; a new one when asked (``recheck``) or the first time
+        (waited for), or in the background when the last is older than :data:`DOCTOR_SECONDS`."""
         with self._doctor_lock:
             current = self._doctor
             stale = current is None or time.time() - current.at > DOCTOR_SECONDS
@@ -622,9 +631,9 @@ class WebUI:
             if start:
                 self._doctor_running = True
         if start and (recheck or current is None):
-            refresh()  # asked for (or the first time): wait for it
+            self._run_doctor()
         elif start:
-            threading.Thread(target=refresh, name="pgkb-web-doctor", daemon=True).start()
+            threading.Thread(target=self._run_doctor, name="pgkb-web-doctor", daemon=True).start()
         with self._doctor_lock:
             return self._doctor
 
@@ -634,21 +643,7 @@ class WebUI:
             if self._doctor_running or self._doctor is not None:
                 return
             self._doctor_running = True
-
-        def first() -> None:
-            from loader.ops.doctor import run_checks
-
-            try:
-                checks = run_checks(self.service.settings)
-                with self._doctor_lock:
-                    self._doctor = _DoctorRun(checks, time.time())
-            except Exception:
-                log.exception("pgkb doctor's checks failed")
-            finally:
-                with self._doctor_lock:
-                    self._doctor_running = False
-
-        threading.Thread(target=first, name="pgkb-web-doctor", daemon=True).start()
+        threading.Thread(target=self._run_doctor, name="pgkb-web-doctor", daemon=True).start()
 
     def status(self, request: Request) -> tuple[str, dict[str, Any]]:
         recheck = request.query_params.get("recheck") == "1"
