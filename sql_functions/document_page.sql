@@ -1,4 +1,4 @@
--- kb.document_page(filters jsonb DEFAULT '{}', doc_type text DEFAULT NULL,
+-- kb.document_page(filters jsonb DEFAULT '{}', document_type text DEFAULT NULL,
 --                  title_words text DEFAULT NULL, sort text DEFAULT 'title',
 --                  stale_after interval DEFAULT NULL, page_offset integer DEFAULT 0,
 --                  page_size integer DEFAULT 50, document_ids uuid[] DEFAULT NULL)
@@ -9,9 +9,9 @@
 --
 -- One page of the catalogue, for a browser: the documents within filters (kb.search_filters:
 -- category, metadata, source, collections, never past the caller's collections) and, when
--- given, of type doc_type, among document_ids, and whose title or source_uri holds every word
--- of title_words (case-insensitive substrings, split on white space; at most 20 words of 200
--- characters). sort is 'title' (title, then source_uri) or 'updated' (newest first, then
+-- given, of type document_type, among document_ids, and whose title or source_uri holds every
+-- word of title_words (case-insensitive substrings, split on white space; at most 20 words of
+-- 200 characters). sort is 'title' (title, then source_uri) or 'updated' (newest first, then
 -- title); anything else raises invalid_parameter_value. page_offset (clamped to >= 0) rows are
 -- skipped and page_size (clamped to 1..500) returned. Every row carries the document's
 -- metadata, its chunk count, its edges out and in (to and from documents the caller may read),
@@ -21,7 +21,7 @@
 -- about the same as a page of a small one. Reads only (STABLE).
 CREATE OR REPLACE FUNCTION kb.document_page(
     filters jsonb DEFAULT '{}'::jsonb,
-    doc_type text DEFAULT NULL,
+    document_type text DEFAULT NULL,
     title_words text DEFAULT NULL,
     sort text DEFAULT 'title',
     stale_after interval DEFAULT NULL,
@@ -68,7 +68,7 @@ BEGIN
                d.key_entities, d.updated_at, count(*) OVER () AS total
           FROM kb.documents d
          WHERE (document_page.document_ids IS NULL OR d.id = ANY (document_page.document_ids))
-           AND (document_page.doc_type IS NULL OR d.doc_type = document_page.doc_type)
+           AND (document_page.document_type IS NULL OR d.doc_type = document_page.document_type)
            AND (f.category IS NULL OR d.category = ANY (f.category))
            AND (f.metadata IS NULL OR d.metadata @> f.metadata)
            AND (f.source_pattern IS NULL OR d.source_uri LIKE f.source_pattern)

@@ -36,7 +36,7 @@ AS $$
     WITH locked AS (  -- pgkb's ingestion lock ('pgkb' + 1, loader/ingest/writer.py) is held
         SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
                         WHERE l.locktype = 'advisory' AND l.granted
-                          AND l.classid = 1885826914::oid AND l.objid = 1::oid
+                          AND l.classid = 1885825890::oid AND l.objid = 1::oid
                           AND l.objsubid = 1) AS held
     ),
     newest_open AS (
