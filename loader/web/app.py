@@ -305,11 +305,20 @@ class WebUI:
 
         async def run(request: Request) -> Response:
             try:
+                began = time.perf_counter()
                 result = await anyio.to_thread.run_sync(lambda: fn(request))
                 if isinstance(result, Response):
                     return secure(result)
                 name, context = result
-                return self.render(request, name, **context)
+                read = time.perf_counter()
+                response = self.render(request, name, **context)
+                done = time.perf_counter()
+                # how long the page took on the server (the benchmark reads it)
+                response.headers["Server-Timing"] = (
+                    f"read;dur={(read - began) * 1000:.1f}, "
+                    f"render;dur={(done - read) * 1000:.1f}, total;dur={(done - began) * 1000:.1f}"
+                )
+                return response
             except PageError as exc:
                 return self._error(request, exc)
             except DocumentNotFound as exc:
