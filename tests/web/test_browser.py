@@ -123,7 +123,7 @@ def test_every_page_in_a_browser(browser: Any, web_server: str, web_kb: WebKb) -
     assert page.evaluate("() => document.cookie") == ""  # no script can read it
 
     # the documents: type badges, relation counts, entities, the failed source of the last run
-    assert page.locator("li.doc").count() == 8
+    assert page.locator("li.doc").count() == 6
     shoot(page, "documents")
     assert page.locator(".state.failed").inner_text().count("broken.pdf") == 1
     assert page.locator("li.doc a.badge.relations").count() >= 3
@@ -166,7 +166,7 @@ def test_every_page_in_a_browser(browser: Any, web_server: str, web_kb: WebKb) -
     assert after and after != before and "scale(" in after
     page.click("[data-zoom=reset]")
     page.goto(web_server + "/graph")
-    assert page.locator("svg.graph a.node").count() == 8
+    assert page.locator("svg.graph a.node").count() == 6
     shoot(page, "graph")
     page.locator("svg.graph a.node.major").first.click()
     page.wait_for_url("**/documents/**")

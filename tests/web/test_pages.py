@@ -20,7 +20,7 @@ pytestmark = pytest.mark.model
 
 def signed_in(base: str) -> httpx.Client:
     """A client holding a session cookie got through the sign-in form."""
-    client = httpx.Client(base_url=base, follow_redirects=False)
+    client = httpx.Client(base_url=base, follow_redirects=False, timeout=60)
     form = client.get("/signin")
     assert form.status_code == 200, form.text
     csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
@@ -57,7 +57,7 @@ def test_the_documents_list(client: httpx.Client, web_kb: WebKb) -> None:
     html = _ok(client.get("/"))
     for title in ("Home office equipment budget", "Parental leave", "CREATE INDEX"):
         assert title in html
-    assert "8 documents" in html  # broken.pdf failed: not in the list
+    assert "6 documents" in html  # broken.pdf failed: not in the list
     # the relation count, the failed source of the last run
     assert re.search(r'relations" href="/graph\?doc=' + web_kb.ids["leave.md"], html)
     assert "failed" in html and "broken.pdf" in html
@@ -105,7 +105,7 @@ def test_the_graph(client: httpx.Client, web_kb: WebKb) -> None:
     assert f'href="/documents/{web_kb.ids["equipment.md"]}"' in html
     assert "references" in html  # the legend
     catalogue = _ok(client.get("/graph"))
-    assert len(re.findall(r'class="node[ "]', catalogue)) == 8
+    assert len(re.findall(r'class="node[ "]', catalogue)) == 6
     assert client.get("/graph", params={"depth": 4, "doc": leave}).status_code == 400
     assert client.get("/graph", params={"type": "likes"}).status_code == 400
 
@@ -175,7 +175,7 @@ def test_ask_streams_the_model_s_text_then_the_checked_answer(
 
 def test_status(client: httpx.Client) -> None:
     html = _ok(client.get("/status"))
-    assert "8</span> documents" in html.replace("\n", "")
+    assert '<span class="n">6</span> documents' in html
     assert "handbook" in html and "engineering" in html
     assert "fake-chat" in html and "all-MiniLM-L6-v2" in html
     assert "broken.pdf" in html  # the run log's failures
@@ -201,7 +201,7 @@ def test_hostile_text_is_escaped_everywhere(client: httpx.Client, web_kb: WebKb)
 
 
 def test_the_token_signs_in_once(web_server: str) -> None:
-    anonymous = httpx.Client(base_url=web_server, follow_redirects=False)
+    anonymous = httpx.Client(base_url=web_server, follow_redirects=False, timeout=60)
     page = anonymous.get("/search?q=x")
     assert page.status_code == 303 and page.headers["location"] == "/signin?next=%2Fsearch%3Fq%3Dx"
     assert anonymous.post("/v1/search", json={"query": "x"}).status_code == 401  # API: bearer
@@ -248,7 +248,7 @@ def test_the_token_signs_in_once(web_server: str) -> None:
 def test_a_scoped_role_sees_nothing_of_another_collection(
     scoped_server: str, web_kb: WebKb
 ) -> None:
-    client = httpx.Client(base_url=scoped_server, follow_redirects=False)
+    client = httpx.Client(base_url=scoped_server, follow_redirects=False, timeout=60)
     listing = _ok(client.get("/"))
     assert "Parental leave" in listing and "CREATE INDEX" not in listing
     assert "engineering" not in listing
@@ -258,7 +258,7 @@ def test_a_scoped_role_sees_nothing_of_another_collection(
     graph = _ok(client.get("/graph"))
     assert "CREATE INDEX" not in graph and "Routine vacuuming" not in graph
     search = _ok(client.get("/search", params={"q": "CREATE INDEX CONCURRENTLY", "mode": "keyword"}))
-    assert "CREATE INDEX" not in search
+    assert "0 results" in search and "hit-item" not in search and "builds an index" not in search
     refused = client.get("/search", params={"q": "index", "collection": "engineering"})
     assert refused.status_code == 400 and "Routine" not in refused.text
     status = _ok(client.get("/status"))
