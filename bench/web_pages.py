@@ -92,7 +92,9 @@ def main() -> None:
         measured = pages(conn)
     service = KnowledgeService(settings, pool_size=4).open()
     base, server, thread = start_server(create_app(service, token=None))
-    results: dict[str, dict[str, list[float]]] = {n: {"server": [], "wall": []} for n, _ in measured}
+    results: dict[str, dict[str, list[float]]] = {
+        n: {"server": [], "wall": []} for n, _ in measured
+    }
     nodes: dict[str, int] = {}
     try:
         with httpx.Client(base_url=base, timeout=120) as client:
@@ -116,7 +118,7 @@ def main() -> None:
 
     def p95(values: list[float]) -> float:
         ordered = sorted(values)
-        return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+        return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
     rows = [
         {

@@ -298,9 +298,7 @@ class WebUI:
 
         return endpoint
 
-    def _page(
-        self, fn: Callable[[Request], Any]
-    ) -> Callable[[Request], Awaitable[Response]]:
+    def _page(self, fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         """A page: signed in, its work on a worker thread, errors as error pages."""
 
         async def run(request: Request) -> Response:
@@ -325,8 +323,8 @@ class WebUI:
                 return self._error(request, PageError(404, "No such document", exc.message))
             except Unavailable as exc:
                 return self._error(
-                    request, PageError(503, "The database is unavailable", exc.message,
-                                       exc.hint or "")  # fmt: skip
+                    request,
+                    PageError(503, "The database is unavailable", exc.message, exc.hint or ""),
                 )
             except BadRequest as exc:
                 return self._error(request, PageError(400, "Cannot do that", exc.message,
@@ -358,16 +356,13 @@ class WebUI:
             page = reads.document_page(
                 conn, query, category_scope=self.service.category, stale_days=self.stale_days
             )
-            runs = reads.ingest_activity(conn, 3)
-        failures = []
-        if runs and runs[0].finished_at is not None:
-            failures = runs[0].failures
+            runs = reads.ingest_activity(conn, 10)
+        failures = _open_failures(runs)
         return "documents.html", {
             "section": "documents",
             "query": query,
             "page": page,
             "running": [r for r in runs if r.running],
-            "last_run": runs[0] if runs else None,
             "failures": failures,
             "stale_days": self.stale_days,
             "doc_types": reads.DOC_TYPES,
@@ -669,9 +664,7 @@ class WebUI:
             "collections": collections,
             "runs": runs,
             "doctor": doctor,
-            "doctor_age": reads.age(
-                None if doctor is None else _utc(doctor.at)
-            ),
+            "doctor_age": reads.age(None if doctor is None else _utc(doctor.at)),
             "model": self.service.model_name,
             "dims": self.service.embedder.dims,
             "chat_model": settings.chat_model if self.service.chat is not None else None,
@@ -680,7 +673,7 @@ class WebUI:
             "category": self.service.category,
         }
 
-    # -- signing in ---------------------------------------------------------------------------------
+    # -- signing in ------------------------------------------------------------------------------
 
     async def signin_form(self, request: Request, message: str = "", status: int = 200) -> Response:
         target = safe_next(request.query_params.get("next"))
@@ -710,9 +703,7 @@ class WebUI:
         if not self.sessions.token_matches(token):
             await anyio.sleep(0.5)  # slows down guessing
             request.scope["query_string"] = urllib.parse.urlencode({"next": target}).encode()
-            return await self.signin_form(
-                request, "That is not this server's token.", status=401
-            )
+            return await self.signin_form(request, "That is not this server's token.", status=401)
         response = RedirectResponse(target, 303)
         _cookie(request, response, auth.SESSION_COOKIE, self.sessions.issue(),
                 self.sessions.lifetime)  # fmt: skip
@@ -734,6 +725,22 @@ class WebUI:
 
     async def favicon(self, request: Request) -> Response:
         return Response((STATIC / "favicon.svg").read_bytes(), media_type="image/svg+xml")
+
+
+def _open_failures(runs: Sequence[Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """``(run, failure)`` of the sources the newest run over each set of paths could not
+    ingest: a later run over the same paths settles an earlier one's failures."""
+    seen: set[tuple[str, ...]] = set()
+    found: list[tuple[Any, dict[str, Any]]] = []
+    for run in runs:  # newest first
+        if run.finished_at is None:
+            continue
+        paths = tuple(sorted(run.paths))
+        if paths in seen:
+            continue
+        seen.add(paths)
+        found.extend((run, failure) for failure in run.failures)
+    return found
 
 
 def _utc(timestamp: float) -> Any:

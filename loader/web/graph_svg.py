@@ -6,11 +6,13 @@ Nodes are coloured by document type and sized by degree (edges among the drawn d
 edges are coloured by relation type, with an arrow at the target. Labels: every node's title
 is in its tooltip; written beside the node for the start document and the most connected ones
 (all of them up to :data:`ALL_LABELS` nodes), the others appear when the page's script zooms in.
+The positions of the last 64 graphs drawn are kept, so a graph seen again is not laid out again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 
@@ -86,6 +88,27 @@ def _short(title: str) -> str:
     return flat if len(flat) <= LABEL_CHARS else flat[: LABEL_CHARS - 1].rstrip() + "…"
 
 
+@functools.lru_cache(maxsize=64)
+def _positions(
+    ids: tuple[str, ...], edges: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, tuple[float, float]], ...]:
+    """Force-directed positions of ``ids`` joined by ``edges`` (networkx's spring_layout,
+    seeded): the same graph gets the same picture, so it is kept for the next request (the
+    64 last graphs drawn)."""
+    import networkx as nx
+
+    if len(ids) == 1:
+        return ((ids[0], (0.0, 0.0)),)
+    if not ids:
+        return ()
+    graph = nx.Graph()
+    graph.add_nodes_from(ids)
+    graph.add_edges_from(edges)
+    k = 1.6 / math.sqrt(len(ids))  # a little more room than the default 1/sqrt(n)
+    raw = nx.spring_layout(graph, k=k, seed=7, iterations=50)
+    return tuple((key, (float(raw[key][0]), float(raw[key][1]))) for key in ids)
+
+
 def layout(nodes: Sequence[GraphNode], start: str | None = None) -> Picture:
     """Positions, sizes and colours for ``nodes`` and the edges among them."""
     import networkx as nx
@@ -102,15 +125,8 @@ def layout(nodes: Sequence[GraphNode], start: str | None = None) -> Picture:
                 pairs.append((node.document_id, target, str(edge.get("relation_type")),
                                str(edge.get("origin") or "")))  # fmt: skip
                 graph.add_edge(node.document_id, target)
-    positions: dict[str, tuple[float, float]]
-    if len(ids) == 1:
-        positions = {ids[0]: (0.0, 0.0)}
-    elif ids:
-        k = 1.6 / math.sqrt(len(ids))  # a little more room than the default 1/sqrt(n)
-        raw = nx.spring_layout(graph, k=k, seed=7, iterations=60)
-        positions = {key: (float(v[0]), float(v[1])) for key, v in raw.items()}
-    else:
-        positions = {}
+    edge_key = tuple(sorted((a, b) if a < b else (b, a) for a, b, _, _ in pairs))
+    positions = dict(_positions(tuple(ids), edge_key))
     xs = [p[0] for p in positions.values()] or [0.0]
     ys = [p[1] for p in positions.values()] or [0.0]
     span_x = (max(xs) - min(xs)) or 1.0
@@ -145,8 +161,13 @@ def layout(nodes: Sequence[GraphNode], start: str | None = None) -> Picture:
             colour=TYPE_COLOURS.get(node.doc_type, TYPE_COLOURS["general"]),
             x=round(x, 1),
             y=round(y, 1),
-            r=round(min(22.0, (5.0 + 2.2 * math.sqrt(d)) * shrink + (4 if node.document_id
-                                                                    == start else 0)), 1),
+            r=round(
+                min(
+                    22.0,
+                    (5.0 + 2.2 * math.sqrt(d)) * shrink + (4 if node.document_id == start else 0),
+                ),
+                1,
+            ),
             degree=d,
             distance=node.distance,
             start=node.document_id == start,

@@ -21,7 +21,9 @@ def _doc(
     doc_type: str = "general",
     age_days: int = 0,
 ) -> str:
-    conn.execute("INSERT INTO kb.collections (name) VALUES (%s) ON CONFLICT DO NOTHING", (collection,))
+    conn.execute(
+        "INSERT INTO kb.collections (name) VALUES (%s) ON CONFLICT DO NOTHING", (collection,)
+    )
     row = conn.execute(
         "INSERT INTO kb.documents (source_uri, title, content_sha, collection, category, doc_type,"
         " updated_at) VALUES (%s, %s, 'x', %s, %s, %s, now() - make_interval(days => %s))"
@@ -69,7 +71,9 @@ def corpus(conn: psycopg.Connection[Any]) -> dict[str, str]:
     return ids
 
 
-def test_pages_filters_sort_and_counts(conn: psycopg.Connection[Any], corpus: dict[str, str]) -> None:
+def test_pages_filters_sort_and_counts(
+    conn: psycopg.Connection[Any], corpus: dict[str, str]
+) -> None:
     rows = _page(conn)
     assert [r[0] for r in rows] == ["Alpha policy", "Beta manual", "Delta notes", "Gamma"]
     assert {r[3] for r in rows} == {4}
@@ -86,12 +90,16 @@ def test_pages_filters_sort_and_counts(conn: psycopg.Connection[Any], corpus: di
     # type, category, collection
     assert [r[0] for r in _page(conn, doc_type="manual")] == ["Beta manual"]
     assert [r[0] for r in _page(conn, filters=json.dumps({"category": "hr"}))] == [
-        "Alpha policy", "Beta manual"
+        "Alpha policy",
+        "Beta manual",
     ]
     assert [r[0] for r in _page(conn, filters='{"collections": ["eng"]}')] == ["Delta notes"]
     # newest first; stale when older than stale_after
     assert [r[0] for r in _page(conn, sort="updated")] == [
-        "Beta manual", "Delta notes", "Gamma", "Alpha policy"
+        "Beta manual",
+        "Delta notes",
+        "Gamma",
+        "Alpha policy",
     ]
     stale = {r[0]: r[2] for r in _page(conn, stale="30 days")}
     assert stale == {"Alpha policy": True, "Beta manual": False, "Delta notes": False,
@@ -123,7 +131,7 @@ def test_facets(conn: psycopg.Connection[Any], corpus: dict[str, str]) -> None:
         ("doc_type", "general", 2), ("doc_type", "manual", 1), ("doc_type", "policy", 1),
     ]  # fmt: skip
     hr = conn.execute(
-        "SELECT facet, value, documents FROM kb.document_facets('{\"category\": \"hr\"}')"
+        'SELECT facet, value, documents FROM kb.document_facets(\'{"category": "hr"}\')'
     ).fetchall()
     assert ("collection", "default", 2) in hr and ("collection", "eng", 1) not in hr
 
@@ -153,6 +161,7 @@ def test_the_run_log_keeps_failed_sources(conn: psycopg.Connection[Any]) -> None
     conn.execute("SELECT pg_advisory_unlock(%s)", (0x70676B62_00000001,))
     # a number instead of a list: the count, no failures
     conn.execute("SELECT kb.ingest_run_end(%s, '{\"failed\": 3}')", (second[0],))
-    assert conn.execute(
-        "SELECT docs_failed, failures FROM kb.ingest_activity(1)"
-    ).fetchone() == (3, [])
+    assert conn.execute("SELECT docs_failed, failures FROM kb.ingest_activity(1)").fetchone() == (
+        3,
+        [],
+    )

@@ -43,7 +43,9 @@ def test_double_submit_and_cross_site_requests() -> None:
     assert not auth.cross_site({}, host)
     assert auth.cross_site({"origin": "https://evil.example"}, host)
     assert auth.cross_site({"origin": "null"}, host)
-    assert auth.cross_site({"sec-fetch-site": "cross-site", "origin": "http://127.0.0.1:8000"}, host)
+    assert auth.cross_site(
+        {"sec-fetch-site": "cross-site", "origin": "http://127.0.0.1:8000"}, host
+    )
     assert auth.cross_site({"sec-fetch-site": "same-site"}, host)
 
 

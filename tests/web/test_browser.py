@@ -62,8 +62,9 @@ class Watch:
         page.on("response", self._response)
 
     def _console(self, message: Any) -> None:
-        if message.type == "error" and not any(u in message.text for u in self.expected):
-            self.problems.append(f"console error: {message.text}")
+        where = (message.location or {}).get("url") or ""
+        if message.type == "error" and where not in self.expected:
+            self.problems.append(f"console error: {message.text} ({where})")
 
     def _response(self, response: Any) -> None:
         if response.status >= 400 and response.url not in self.expected:
@@ -216,7 +217,12 @@ def test_every_page_in_a_browser(browser: Any, web_server: str, web_kb: WebKb) -
 
     # the hostile document: its title and text are shown as text, nothing of them runs
     hostile = web_kb.ids["hostile.html"]
-    for path in ("/", f"/documents/{hostile}", "/graph", "/search?q=hostile+furniture&mode=keyword"):
+    for path in (
+        "/",
+        f"/documents/{hostile}",
+        "/graph",
+        "/search?q=hostile+furniture&mode=keyword",
+    ):
         page.goto(web_server + path)
         assert pwned(page) is None, path
     page.goto(web_server + f"/documents/{hostile}")

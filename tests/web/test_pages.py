@@ -46,9 +46,7 @@ def _ok(response: httpx.Response) -> str:
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp
     assert "default-src 'none'" in csp
     # the only script is our own file: no inline script, no other site
-    assert re.findall(r"<script[^>]*>", response.text) == [
-        '<script src="/static/app.js" defer>'
-    ]
+    assert re.findall(r"<script[^>]*>", response.text) == ['<script src="/static/app.js" defer>']
     assert TOKEN not in response.text
     return response.text
 
@@ -114,7 +112,9 @@ def test_search_highlights_and_explains(client: httpx.Client, web_kb: WebKb) -> 
     html = _ok(client.get("/search", params={"q": "furniture budget for the home workspace"}))
     assert "<mark>furniture</mark>" in html
     assert "Why this result" in html and "vector #" in html and "keyword #" in html
-    chunk = re.search(rf'href="/documents/{web_kb.ids["equipment.md"]}\?chunk=(\d+)#chunk-\1"', html)
+    chunk = re.search(
+        rf'href="/documents/{web_kb.ids["equipment.md"]}\?chunk=(\d+)#chunk-\1"', html
+    )
     assert chunk is not None
     keyword = _ok(client.get("/search", params={"q": "fillfactor", "mode": "keyword"}))
     assert "CREATE INDEX" in keyword and "not among the vector" not in keyword
@@ -124,9 +124,7 @@ def test_search_highlights_and_explains(client: httpx.Client, web_kb: WebKb) -> 
     assert bad.status_code == 400 and "is not key=value" in bad.text
 
 
-def test_ask_without_a_script_gives_the_cited_answer(
-    client: httpx.Client, web_kb: WebKb
-) -> None:
+def test_ask_without_a_script_gives_the_cited_answer(client: httpx.Client, web_kb: WebKb) -> None:
     web_kb.fake.script(
         "/v1/chat/completions",
         chat_reply("Up to 600 EUR for a desk and a chair [Home office equipment budget]."),
@@ -201,7 +199,11 @@ def test_hostile_text_is_escaped_everywhere(client: httpx.Client, web_kb: WebKb)
 
 
 def test_the_token_signs_in_once(web_server: str) -> None:
-    anonymous = httpx.Client(base_url=web_server, follow_redirects=False, timeout=60)
+    with httpx.Client(base_url=web_server, follow_redirects=False, timeout=60) as anonymous:
+        _sign_in_and_out(anonymous)
+
+
+def _sign_in_and_out(anonymous: httpx.Client) -> None:
     page = anonymous.get("/search?q=x")
     assert page.status_code == 303 and page.headers["location"] == "/signin?next=%2Fsearch%3Fq%3Dx"
     assert anonymous.post("/v1/search", json={"query": "x"}).status_code == 401  # API: bearer
@@ -248,7 +250,11 @@ def test_the_token_signs_in_once(web_server: str) -> None:
 def test_a_scoped_role_sees_nothing_of_another_collection(
     scoped_server: str, web_kb: WebKb
 ) -> None:
-    client = httpx.Client(base_url=scoped_server, follow_redirects=False, timeout=60)
+    with httpx.Client(base_url=scoped_server, follow_redirects=False, timeout=60) as client:
+        _scoped(client, web_kb)
+
+
+def _scoped(client: httpx.Client, web_kb: WebKb) -> None:
     listing = _ok(client.get("/"))
     assert "Parental leave" in listing and "CREATE INDEX" not in listing
     assert "engineering" not in listing
@@ -257,7 +263,9 @@ def test_a_scoped_role_sees_nothing_of_another_collection(
     assert client.get("/graph", params={"doc": engineering}).status_code == 404
     graph = _ok(client.get("/graph"))
     assert "CREATE INDEX" not in graph and "Routine vacuuming" not in graph
-    search = _ok(client.get("/search", params={"q": "CREATE INDEX CONCURRENTLY", "mode": "keyword"}))
+    search = _ok(
+        client.get("/search", params={"q": "CREATE INDEX CONCURRENTLY", "mode": "keyword"})
+    )
     assert "0 results" in search and "hit-item" not in search and "builds an index" not in search
     refused = client.get("/search", params={"q": "index", "collection": "engineering"})
     assert refused.status_code == 400 and "Routine" not in refused.text
