@@ -169,7 +169,7 @@ def test_every_page_in_a_browser(browser: Any, web_server: str, web_kb: WebKb) -
     page.goto(web_server + "/graph")
     assert page.locator("svg.graph a.node").count() == 6
     shoot(page, "graph")
-    page.locator("svg.graph a.node.major").first.click()
+    page.locator("svg.graph a.node.major circle").first.click()
     page.wait_for_url("**/documents/**")
 
     # search: highlighted terms, why each result ranked, the chunk in its document
@@ -255,7 +255,9 @@ def test_a_scoped_role_sees_nothing_of_another_collection(
     page.goto(missing)
     assert "No such document" in page.content()
     page.goto(scoped_server + "/graph")
-    labels = page.locator("svg.graph a.node title").all_inner_texts()
+    labels = page.eval_on_selector_all(
+        "svg.graph a.node title", "nodes => nodes.map(n => n.textContent)"
+    )
     assert labels and not any("CREATE INDEX" in t or "vacuuming" in t for t in labels)
     page.goto(scoped_server + "/search?q=CREATE+INDEX+CONCURRENTLY&mode=keyword")
     assert "CREATE INDEX" not in page.locator("main").inner_text()
