@@ -57,9 +57,14 @@ class Watch:
         self.base = base
         page.on("pageerror", lambda exc: self.problems.append(f"javascript error: {exc}"))
         page.on("console", self._console)
-        page.on("requestfailed", lambda r: self.problems.append(
-            f"request failed: {r.url} {r.failure}"))  # fmt: skip
+        page.on("requestfailed", self._failed)
         page.on("response", self._response)
+
+    def _failed(self, request: Any) -> None:
+        # the page closes the answer's event stream itself once the answer is done
+        if "/ask/stream?" in request.url and request.failure == "net::ERR_ABORTED":
+            return
+        self.problems.append(f"request failed: {request.url} {request.failure}")
 
     def _console(self, message: Any) -> None:
         where = (message.location or {}).get("url") or ""
