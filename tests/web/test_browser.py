@@ -99,11 +99,15 @@ def browser() -> Iterator[Any]:
             browser.close()
 
 
+# read at import: the tests' own fixture clears every PGKB_ variable before a test runs
+SCREENSHOTS = os.environ.get("PGKB_WEB_SCREENSHOTS")
+SCREENSHOT_DIR = Path(SCREENSHOTS).resolve() if SCREENSHOTS else None
+
+
 def shoot(page: Any, name: str) -> None:
-    folder = os.environ.get("PGKB_WEB_SCREENSHOTS")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=False)
+    if SCREENSHOT_DIR is not None:
+        SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT_DIR / f"{name}.png"), full_page=False)
 
 
 def pwned(page: Any) -> Any:
