@@ -41,9 +41,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 
-from loader.errors import PgkbError
+from loader.errors import DatabaseError, PgkbError
 from loader.graph.catalogue import DocumentNotFound, show_document
-from loader.serve.service import BadRequest, KnowledgeService, Unavailable
 from loader.web import auth, reads
 from loader.web.graph_svg import layout
 
@@ -201,9 +200,7 @@ class _DoctorRun:
 class WebUI:
     """The pages of one server: its service, its sign-in rules, its templates."""
 
-    def __init__(
-        self, service: KnowledgeService, *, token: str | None, stale_days: int | None = None
-    ) -> None:
+    def __init__(self, service: Any, *, token: str | None, stale_days: int | None = None) -> None:
         self.service = service
         self.sessions = auth.Sessions(token) if token else None
         self.stale_days = service.settings.stale_days if stale_days is None else stale_days
@@ -321,16 +318,15 @@ class WebUI:
                 return self._error(request, exc)
             except DocumentNotFound as exc:
                 return self._error(request, PageError(404, "No such document", exc.message))
-            except Unavailable as exc:
+            except DatabaseError as exc:  # the database is down or refused (the service's 503)
                 return self._error(
                     request,
                     PageError(503, "The database is unavailable", exc.message, exc.hint or ""),
                 )
-            except BadRequest as exc:
-                return self._error(request, PageError(400, "Cannot do that", exc.message,
-                                                      exc.hint or ""))  # fmt: skip
-            except PgkbError as exc:
-                return self._error(request, PageError(500, "Error", exc.message, exc.hint or ""))
+            except PgkbError as exc:  # an argument the user can fix (the service's 400)
+                return self._error(
+                    request, PageError(400, "Cannot do that", exc.message, exc.hint or "")
+                )
 
         return self._guarded(run)
 
@@ -534,7 +530,9 @@ class WebUI:
         category = form["category"]
         if service.category is not None:
             if category is not None and category != service.category:
-                raise BadRequest(f"this server serves category {service.category} only")
+                raise PageError(
+                    400, "Not served", f"this server serves category {service.category} only"
+                )
             category = service.category
         collections = [form["collection"]] if form["collection"] else None
         filters = SearchFilters.of(category=category, collections=collections or ())
@@ -815,9 +813,7 @@ def answer_pieces(answer: Any) -> list[tuple[str, str | None]]:
     return pieces
 
 
-def web_routes(
-    service: KnowledgeService, *, token: str | None, warm: bool = True
-) -> list[BaseRoute]:
+def web_routes(service: Any, *, token: str | None, warm: bool = True) -> list[BaseRoute]:
     """The web interface's routes for :func:`loader.serve.http.create_app`."""
     ui = WebUI(service, token=token)
     if warm:
