@@ -1,0 +1,49 @@
+"""The web interface's reads; the run log keeps failed sources
+
+kb.document_page (one page of the catalogue: filters, type, words of the title, sort, stale flag,
+total), kb.document_facets (the values its filter menus offer) and kb.ingest_activity (the
+newest runs, whether one is running, the failed sources) are new, for kb_reader. kb.ingest_runs
+gets failures (jsonb, the first 100 {source, reason} of a run), which kb.ingest_run_end now
+fills from the run's report.
+
+Revision ID: 0024
+Revises: 0023
+"""
+
+from alembic import op
+
+from loader.migration_ops import downgrade_functions, upgrade_functions
+
+revision = "0024"
+down_revision = "0023"
+branch_labels = None
+depends_on = None
+
+# The functions this revision changes, applied in this order from the store:
+# alembic/functions/<name>/0024.sql
+FUNCTIONS = (
+    "document_facets",
+    "document_page",
+    "ingest_activity",
+    "ingest_run_end",
+)
+
+# Before the functions: kb.ingest_run_end and kb.ingest_activity name the column.
+SCHEMA_UP = """
+ALTER TABLE kb.ingest_runs ADD COLUMN failures jsonb NOT NULL DEFAULT '[]'::jsonb
+    CONSTRAINT ingest_runs_failures_check CHECK (jsonb_typeof(failures) = 'array');
+COMMENT ON COLUMN kb.ingest_runs.failures IS
+'The sources the run could not ingest: [{source, reason}], the first 100.';
+"""
+# After the functions went back to their older text (none of which reads the column).
+SCHEMA_DOWN = "ALTER TABLE kb.ingest_runs DROP COLUMN failures"
+
+
+def upgrade() -> None:
+    op.execute(SCHEMA_UP)
+    upgrade_functions(op, __file__, revision, FUNCTIONS)
+
+
+def downgrade() -> None:
+    downgrade_functions(op, __file__, revision, FUNCTIONS)
+    op.execute(SCHEMA_DOWN)
