@@ -3,12 +3,20 @@
 Serves the knowledge base of PGKB_DATABASE_URL (or the embedded one) as ``pgkb serve`` would,
 in this process on an ephemeral port, asks every page ``--runs`` times after ``--warm`` unmeasured
 requests, and prints per page the median and 95th percentile of the server's own time (the
-``Server-Timing`` header each page carries: reading through the kb functions plus rendering) and
-of the client's wall time (plus HTTP on 127.0.0.1). The pages are interleaved (A, B, C, A, B,
-C ...), so a busy machine slows them alike. The load average is printed before and after.
+``Server-Timing`` header each page carries: ``read``, the database work through the kb functions,
+plus ``render``, the template) and of the client's wall time (plus HTTP on 127.0.0.1). The pages
+are interleaved (A, B, C, A, B, C ...), so a busy machine slows them alike. The load average is
+printed before and after.
+
+``--url NAME=URL`` (twice or more) measures servers already running instead (``pgkb serve`` of
+two commits over two copies of one database, say): every page is asked of each server in turn,
+request by request, so both see the same machine. The pages are chosen from PGKB_DATABASE_URL,
+which must hold the same documents as the servers (the ids are in the paths).
 
     python bench/web_pages.py --runs 20
     python bench/web_pages.py --runs 20 --json > web.json
+    python bench/web_pages.py --runs 20 --url before=http://127.0.0.1:8101 \\
+        --url after=http://127.0.0.1:8102
 """
 
 from __future__ import annotations
@@ -24,13 +32,18 @@ import urllib.parse
 from typing import Any
 
 
-def _server_ms(response: Any) -> float:
-    header = response.headers.get("server-timing", "")
-    for part in header.split(","):
+def server_timing(response: Any) -> dict[str, float]:
+    """The ``Server-Timing`` durations of a page: read, render, total (ms)."""
+    found: dict[str, float] = {}
+    for part in response.headers.get("server-timing", "").split(","):
         name, _, rest = part.strip().partition(";dur=")
-        if name == "total":
-            return float(rest)
-    raise SystemExit(f"no Server-Timing total for {response.request.url} ({response.status_code})")
+        if rest:
+            found[name] = float(rest)
+    if "total" not in found:
+        raise SystemExit(
+            f"no Server-Timing total for {response.request.url} ({response.status_code})"
+        )
+    return found
 
 
 def pages(conn: Any) -> list[tuple[str, str]]:
@@ -69,6 +82,43 @@ def pages(conn: Any) -> list[tuple[str, str]]:
     ]
 
 
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def measure(
+    clients: dict[str, Any], measured: list[tuple[str, str]], runs: int, warm: int
+) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """Each page of ``measured`` asked of each client in turn, ``warm`` times unmeasured then
+    ``runs`` times: per (server, page) the server's total, read and render and the wall time."""
+    results: dict[tuple[str, str], dict[str, list[float]]] = {
+        (s, n): {"total": [], "read": [], "render": [], "wall": [], "nodes": []}
+        for s in clients
+        for n, _ in measured
+    }
+    for _ in range(warm):
+        for _, path in measured:
+            for client in clients.values():
+                client.get(path).raise_for_status()
+    for _ in range(runs):
+        for name, path in measured:
+            for server, client in clients.items():
+                began = time.perf_counter()
+                response = client.get(path)
+                wall = (time.perf_counter() - began) * 1000
+                response.raise_for_status()
+                timing = server_timing(response)
+                into = results[(server, name)]
+                into["total"].append(timing["total"])
+                into["read"].append(timing.get("read", 0.0))
+                into["render"].append(timing.get("render", 0.0))
+                into["wall"].append(wall)
+                if name.startswith("graph"):
+                    into["nodes"].append(len(re.findall(r'class="node[ "]', response.text)))
+    return results
+
+
 def main() -> None:
     import httpx
     import psycopg
@@ -82,6 +132,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warm", type=int, default=3)
+    parser.add_argument("--url", action="append", default=[], metavar="NAME=URL")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -90,50 +141,50 @@ def main() -> None:
     with psycopg.connect(database_url(settings, read=True)) as conn:
         register_vector(conn)
         measured = pages(conn)
-    service = KnowledgeService(settings, pool_size=4).open()
-    base, server, thread = start_server(create_app(service, token=None))
-    results: dict[str, dict[str, list[float]]] = {
-        n: {"server": [], "wall": []} for n, _ in measured
-    }
-    nodes: dict[str, int] = {}
+    servers: dict[str, str] = {}
+    for item in args.url:
+        name, sep, base = item.partition("=")
+        if not sep or not base.startswith("http"):
+            raise SystemExit(f"--url takes NAME=URL, got {item!r}")
+        servers[name] = base
+    running = None
+    if not servers:
+        service = KnowledgeService(settings, pool_size=4).open()
+        base, instance, thread = start_server(create_app(service, token=None))
+        servers["this"] = base
+        running = (instance, thread)
+    clients = {s: httpx.Client(base_url=b, timeout=120) for s, b in servers.items()}
     try:
-        with httpx.Client(base_url=base, timeout=120) as client:
-            for _ in range(args.warm):
-                for _, path in measured:
-                    client.get(path).raise_for_status()
-            for _ in range(args.runs):
-                for name, path in measured:
-                    began = time.perf_counter()
-                    response = client.get(path)
-                    wall = (time.perf_counter() - began) * 1000
-                    response.raise_for_status()
-                    results[name]["server"].append(_server_ms(response))
-                    results[name]["wall"].append(wall)
-                    if name.startswith("graph"):
-                        nodes[name] = len(re.findall(r'class="node[ "]', response.text))
+        results = measure(clients, measured, args.runs, args.warm)
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+        for client in clients.values():
+            client.close()
+        if running is not None:
+            running[0].should_exit = True
+            running[1].join(timeout=30)
     load_after = os.getloadavg()
 
-    def p95(values: list[float]) -> float:
-        ordered = sorted(values)
-        return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-
-    rows = [
-        {
-            "page": name,
-            "path": path,
-            "server_p50_ms": round(statistics.median(results[name]["server"]), 1),
-            "server_p95_ms": round(p95(results[name]["server"]), 1),
-            "wall_p50_ms": round(statistics.median(results[name]["wall"]), 1),
-            "wall_p95_ms": round(p95(results[name]["wall"]), 1),
-            **({"nodes": nodes[name]} if name in nodes else {}),
-        }
-        for name, path in measured
-    ]
+    rows = []
+    for name, path in measured:
+        for server in servers:
+            got = results[(server, name)]
+            rows.append(
+                {
+                    "page": name,
+                    "server": server,
+                    "path": path,
+                    "server_p50_ms": round(statistics.median(got["total"]), 1),
+                    "server_p95_ms": round(_p95(got["total"]), 1),
+                    "read_p50_ms": round(statistics.median(got["read"]), 1),
+                    "render_p50_ms": round(statistics.median(got["render"]), 1),
+                    "wall_p50_ms": round(statistics.median(got["wall"]), 1),
+                    "wall_p95_ms": round(_p95(got["wall"]), 1),
+                    **({"nodes": got["nodes"][-1]} if got["nodes"] else {}),
+                }
+            )
     report = {
         "runs": args.runs,
+        "servers": servers if args.url else {},
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in load_after],
         "pages": rows,
@@ -144,10 +195,14 @@ def main() -> None:
         return
     print(f"{args.runs} runs per page, interleaved; load average before {load_before[0]:.2f}, "
           f"after {load_after[0]:.2f}")  # fmt: skip
-    print(f"{'page':36} {'server p50':>10} {'p95':>7} {'wall p50':>9} {'p95':>7}")
+    several = len(servers) > 1
+    head = f"{'page':34} " + (f"{'server':8} " if several else "")
+    print(head + f"{'total p50':>9} {'p95':>7} {'read':>7} {'render':>7} {'wall p50':>9} {'p95':>7}")
     for row in rows:
         extra = f"  ({row['nodes']} nodes)" if "nodes" in row else ""
-        print(f"{row['page']:36} {row['server_p50_ms']:>10.1f} {row['server_p95_ms']:>7.1f} "
+        who = f"{row['server']:8} " if several else ""
+        print(f"{row['page']:34} {who}{row['server_p50_ms']:>9.1f} {row['server_p95_ms']:>7.1f} "
+              f"{row['read_p50_ms']:>7.1f} {row['render_p50_ms']:>7.1f} "
               f"{row['wall_p50_ms']:>9.1f} {row['wall_p95_ms']:>7.1f}{extra}")  # fmt: skip
 
 

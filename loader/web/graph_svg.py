@@ -194,8 +194,8 @@ def layout(nodes: Sequence[GraphNode], start: str | None = None) -> Picture:
                 target_title=b.title,
             )
         )
-    node_types = [(t, c) for t, c in TYPE_COLOURS.items() if any(n.doc_type == t for n in drawn)]
-    relation_types = [
-        (t, c) for t, c in RELATION_COLOURS.items() if any(e.relation_type == t for e in edges)
-    ]
+    drawn_types = {n.doc_type for n in drawn}
+    edge_types = {e.relation_type for e in edges}
+    node_types = [(t, c) for t, c in TYPE_COLOURS.items() if t in drawn_types]
+    relation_types = [(t, c) for t, c in RELATION_COLOURS.items() if t in edge_types]
     return Picture(drawn, edges, WIDTH, HEIGHT, node_types, relation_types)

@@ -117,6 +117,20 @@ def document_page(
     }
     with conn.cursor(row_factory=class_row(queries.DocumentPageRow)) as cur:
         rows = cur.execute(queries.DOCUMENT_PAGE, params).fetchall()
+    facets = document_facets(conn, category_scope=category_scope)
+    total = rows[0].total if rows else 0
+    if not rows and query.page > 1:  # past the end: how many there are, for the message
+        with conn.cursor(row_factory=class_row(queries.DocumentPageRow)) as cur:
+            first = cur.execute(queries.DOCUMENT_PAGE, {**params, "offset": 0, "size": 1})
+            head = first.fetchone()
+        total = head.total if head else 0
+    return DocumentPage(rows, total, query.page, max(1, math.ceil(total / size)), facets)
+
+
+def document_facets(
+    conn: psycopg.Connection[Any], *, category_scope: str | None
+) -> dict[str, list[Facet]]:
+    """The collections, categories and types the filter menus offer, with their counts."""
     facet_filters = {"category": category_scope} if category_scope else {}
     with conn.cursor(row_factory=class_row(queries.FacetRow)) as cur:
         found = cur.execute(
@@ -125,13 +139,7 @@ def document_page(
     facets: dict[str, list[Facet]] = {"collection": [], "category": [], "doc_type": []}
     for row in found:
         facets.setdefault(row.facet, []).append(Facet(row.value, row.documents))
-    total = rows[0].total if rows else 0
-    if not rows and query.page > 1:  # past the end: how many there are, for the message
-        with conn.cursor(row_factory=class_row(queries.DocumentPageRow)) as cur:
-            first = cur.execute(queries.DOCUMENT_PAGE, {**params, "offset": 0, "size": 1})
-            head = first.fetchone()
-        total = head.total if head else 0
-    return DocumentPage(rows, total, query.page, max(1, math.ceil(total / size)), facets)
+    return facets
 
 
 def document_row(

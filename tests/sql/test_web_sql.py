@@ -10,6 +10,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from loader.errors import SqlState
+from tests.helpers import raises_code
+
 
 def _doc(
     conn: psycopg.Connection[Any],
@@ -106,7 +109,7 @@ def test_pages_filters_sort_and_counts(
                      "Gamma": False}  # fmt: skip
     assert not any(r[2] for r in _page(conn))
     assert [r[0] for r in _page(conn, ids=[corpus["c"]])] == ["Gamma"]
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="sort must be title or"):
+    with raises_code(SqlState.INVALID_ARGUMENT, match="sort must be title or"):
         _page(conn, sort="size")
 
 
