@@ -197,7 +197,8 @@ def main() -> None:
           f"after {load_after[0]:.2f}")  # fmt: skip
     several = len(servers) > 1
     head = f"{'page':34} " + (f"{'server':8} " if several else "")
-    print(head + f"{'total p50':>9} {'p95':>7} {'read':>7} {'render':>7} {'wall p50':>9} {'p95':>7}")
+    columns = ("total p50", 9), ("p95", 7), ("read", 7), ("render", 7), ("wall p50", 9), ("p95", 7)
+    print(head + " ".join(f"{name:>{width}}" for name, width in columns))
     for row in rows:
         extra = f"  ({row['nodes']} nodes)" if "nodes" in row else ""
         who = f"{row['server']:8} " if several else ""

@@ -55,6 +55,7 @@ from loader.serve.service import (
     surrogate_path,
 )
 from loader.web.app import is_web_path, web_routes
+from loader.web.launch import open_when_ready
 
 log = logging.getLogger(__name__)
 
@@ -299,8 +300,6 @@ def run(
         bound=host,
     )
     if open_browser:
-        from loader.web.launch import open_when_ready
-
         open_when_ready(host, port)
     config = server_config(
         app,

@@ -24,6 +24,7 @@ no inline script.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 import queue
@@ -37,12 +38,18 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import jinja2
+import psycopg
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
 
+from loader.answer.single import answer_question
 from loader.errors import DatabaseError, PgkbError
+from loader.filters import SearchFilters
 from loader.graph.catalogue import DocumentNotFound, show_document
+from loader.ops.doctor import run_checks
 from loader.web import auth, reads
 from loader.web.graph_svg import layout
 
@@ -82,8 +89,6 @@ def is_web_path(path: str) -> bool:
 
 
 def _environment() -> Any:
-    import jinja2
-
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,  # every template, whatever its name
@@ -227,8 +232,6 @@ class WebUI:
     # -- plumbing ----------------------------------------------------------------------------
 
     def routes(self) -> list[BaseRoute]:
-        from starlette.staticfiles import StaticFiles
-
         page = self._page
         return [
             Route("/", page(self.documents), methods=["GET"]),
@@ -540,9 +543,6 @@ class WebUI:
         }
 
     def _answer(self, form: dict[str, Any], on_text: Callable[[str], None] | None) -> Any:
-        from loader.answer.single import answer_question
-        from loader.filters import SearchFilters
-
         service = self.service
         category = form["category"]
         if service.category is not None:
@@ -624,10 +624,6 @@ class WebUI:
     def _run_doctor(self) -> None:
         """Run ``pgkb doctor``'s checks as the server's role and keep the result (or why they
         could not run: a ``--read`` role may not read what some checks read)."""
-        import psycopg
-
-        from loader.ops.doctor import run_checks
-
         try:
             run = _DoctorRun(run_checks(self.service.settings), time.time())
         except (PgkbError, psycopg.Error) as exc:
@@ -759,8 +755,6 @@ def _open_failures(runs: Sequence[Any]) -> list[tuple[Any, dict[str, Any]]]:
 
 
 def _utc(timestamp: float) -> Any:
-    import datetime
-
     return datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
 
 

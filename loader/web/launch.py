@@ -7,6 +7,7 @@ import logging
 import socket
 import threading
 import time
+import webbrowser
 
 log = logging.getLogger(__name__)
 
@@ -21,8 +22,6 @@ def page_url(host: str, port: int) -> str:
 
 def open_when_ready(host: str, port: int, timeout: float = 60.0) -> threading.Thread:
     """Start the thread that waits for ``host:port`` to accept, then opens the page."""
-    import webbrowser
-
     address = page_url(host, port)
 
     def wait_and_open() -> None:
