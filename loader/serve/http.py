@@ -46,7 +46,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from loader.errors import PgkbError
-from loader.serve.guard import Guard, Limits, error, server_config
+from loader.serve.guard import Guard, Limits, Pages, error, server_config
 from loader.serve.service import (
     BadRequest,
     KnowledgeService,
@@ -54,7 +54,7 @@ from loader.serve.service import (
     parse_document_ids,
     surrogate_path,
 )
-from loader.web.app import is_web_path, web_routes
+from loader.web.app import FORM_PATHS, error_page, wants_page, web_routes
 from loader.web.launch import open_when_ready
 
 log = logging.getLogger(__name__)
@@ -235,10 +235,15 @@ def create_app(
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         kinds = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+        if web and wants_page(request.url.path, request.headers.get("accept", "")):
+            message = {404: f"nothing at {request.url.path}"}.get(exc.status_code, str(exc.detail))
+            return error_page(exc.status_code, message)
         return error(exc.status_code, str(exc.detail), kinds.get(exc.status_code, "error"))
 
     async def server_error(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error in %s", request.url.path)
+        if web and wants_page(request.url.path, request.headers.get("accept", "")):
+            return error_page(500, "internal error; the server log has the details")
         return error(500, "internal error; the server log has the details", "server_error")
 
     @asynccontextmanager
@@ -271,7 +276,7 @@ def create_app(
         body_timeout=body_timeout,
         allowed_hosts=allowed_hosts,
         bound=bound,
-        web_paths=is_web_path if web else None,
+        pages=Pages(wants_page, error_page, FORM_PATHS) if web else None,
     )
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import logging
 import queue
@@ -64,6 +65,9 @@ PAGE_PATHS = frozenset(
     {"/", "/documents", "/graph", "/search", "/ask", "/ask/stream", "/status", "/signin",
      "/signout", "/favicon.ico"}
 )  # fmt: skip
+FORM_PATHS = frozenset({"/signin", "/signout"})
+"""The pages whose POST carries a form (``application/x-www-form-urlencoded``), not JSON: they
+check the form's CSRF value and the request's origin themselves."""
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -86,6 +90,41 @@ def is_web_path(path: str) -> bool:
     """Whether ``path`` is the web interface's (signed in with a session cookie), not the JSON
     API's (a bearer token)."""
     return path in PAGE_PATHS or path.startswith(PAGE_PREFIXES)
+
+
+def wants_page(path: str, accept: str) -> bool:
+    """Whether an error for ``path`` goes out as an HTML page: the web interface's paths, and
+    any other but the JSON API's (``/v1/``, ``/healthz``) that a browser asks for."""
+    if is_web_path(path):
+        return True
+    return "text/html" in accept and not path.startswith(("/v1/", "/healthz"))
+
+
+TITLES = {
+    404: "Not found",
+    405: "Not allowed",
+    408: "Too slow",
+    413: "Too large",
+    415: "Not a form or JSON",
+    421: "Wrong address",
+    500: "Internal error",
+    503: "Busy",
+}
+
+
+def error_page(status: int, message: str, hint: str = "") -> Response:
+    """An error as a page of the web interface (the server's own words, never a traceback),
+    for the errors no page handled: an unknown address, a method, an unexpected failure."""
+    html = _shared_environment().get_template("error.html").render(
+        request_path="", signed_in=False, signout_csrf="", scope="", section="",
+        title=TITLES.get(status, "Error"), message=message, hint=hint,
+    )  # fmt: skip
+    return secure(HTMLResponse(html, status_code=status))
+
+
+@functools.cache
+def _shared_environment() -> Any:
+    return _environment()
 
 
 def _environment() -> Any:

@@ -272,3 +272,45 @@ def _scoped(client: httpx.Client, web_kb: WebKb) -> None:
     status = _ok(client.get("/status"))
     assert "engineering" not in status
     assert "broken.pdf" not in status  # the run log names every collection's paths
+
+
+def _error_page(response: httpx.Response, status: int, words: str) -> None:
+    assert response.status_code == status, response.text[:500]
+    assert response.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in response.headers["content-security-policy"]
+    assert words in response.text, response.text[:2000]
+    assert "Traceback" not in response.text and 'File "' not in response.text
+
+
+def test_bad_addresses_and_failures_are_pages_never_tracebacks(
+    client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = "00000000-0000-4000-8000-000000000000"
+    for path, status, words in [
+        ("/?page=abc", 400, "page must be a whole number, got &#39;abc&#39;"),
+        ("/?type=poem", 400, "type must be one of policy"),
+        ("/?sort=size", 400, "sort must be one of title, updated"),
+        ("/documents/not-an-id", 404, "is not a document id"),
+        (f"/documents/{missing}", 404, f"no document {missing} here"),
+        (f"/documents/{missing}?start=5&end=2", 400, "end (2) is before start (5)"),
+        ("/graph?depth=9", 400, "depth must be from 1 to 3, got 9"),
+        ("/graph?type=likes", 400, "unknown relation type &#39;likes&#39;"),
+        ("/search?q=x&mode=fuzzy", 400, "mode must be one of hybrid, vector, keyword"),
+        ("/search?q=x&min_similarity=high", 400, "minimum similarity must be a number"),
+        ("/search?q=x&meta=team", 400, "metadata filter &#39;team&#39; is not key=value"),
+        ("/no/such/page", 404, "nothing at /no/such/page"),
+    ]:
+        _error_page(client.get(path, headers={"accept": "text/html"}), status, words)
+    _error_page(client.post("/status", headers={"accept": "text/html"}), 405, "Not allowed")
+    # the JSON API keeps answering JSON
+    api = client.get("/v1/nothing", headers={"accept": "application/json"})
+    assert api.status_code in (401, 404) and api.headers["content-type"] == "application/json"
+
+    # a failure nobody foresaw: the page says so, the log has the details
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("secret detail of the failure")
+
+    monkeypatch.setattr("loader.web.reads.ingest_activity", broken)
+    failed = client.get("/status")
+    _error_page(failed, 500, "internal error; the server log has the details")
+    assert "secret detail" not in failed.text
