@@ -552,19 +552,20 @@ class WebUI:
                 row = reads.document_row(conn, form["doc"], stale_days=0)
             doc_title = row.title if row else None
         if form["q"]:
-            result = self.service.search(
-                form["q"],
-                mode=form["mode"],
-                limit=form["limit"],
-                category=form["category"],
-                source=form["source"],
-                metadata=form["metadata"],
-                min_similarity=form["min_similarity"],
-                document_ids=[form["doc"]] if form["doc"] else None,
-                collections=[form["collection"]] if form["collection"] else None,
-            )
+            with Step(request, "search"):
+                result = self.service.search(
+                    form["q"],
+                    mode=form["mode"],
+                    limit=form["limit"],
+                    category=form["category"],
+                    source=form["source"],
+                    metadata=form["metadata"],
+                    min_similarity=form["min_similarity"],
+                    document_ids=[form["doc"]] if form["doc"] else None,
+                    collections=[form["collection"]] if form["collection"] else None,
+                )
             hits = result["results"]
-            with self.service.connection() as conn:
+            with self.service.connection() as conn, Step(request, "snippets"):
                 marks = reads.headlines(conn, form["q"], [h["content"] for h in hits])
         return "search.html", {
             "section": "search",
