@@ -16,8 +16,6 @@ Servers (uvicorn on an ephemeral 127.0.0.1 port, in a thread):
 from __future__ import annotations
 
 import dataclasses
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +26,7 @@ import pytest
 
 from loader.settings import Settings, load_settings
 from tests.fake_openai import FakeOpenAI
-from tests.helpers import create_database, drop_database
+from tests.helpers import create_database, drop_database, uvicorn_thread
 from tests.serve_fixtures import _create_role, _drop_role, role_url
 
 TOKEN = "web-token-0123456789abcdef"
@@ -143,33 +141,14 @@ def web_kb(
             _drop_role(pg_url, role)
 
 
-def start_server(app: Any) -> tuple[str, Any, threading.Thread]:
-    import uvicorn
-
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    instance = uvicorn.Server(config)
-    thread = threading.Thread(target=instance.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not instance.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    port = instance.servers[0].sockets[0].getsockname()[1]
-    return f"http://127.0.0.1:{port}", instance, thread
-
-
 def _serve(settings: Settings, token: str | None) -> Iterator[str]:
     from loader.serve.http import create_app
     from loader.serve.service import KnowledgeService
 
     service = KnowledgeService(settings, pool_size=3).open()
     app = create_app(service, token=token, concurrency=8)
-    base, instance, thread = start_server(app)
-    try:
-        yield base
-    finally:
-        instance.should_exit = True
-        thread.join(timeout=30)
+    with uvicorn_thread(app) as port:  # the configuration pgkb serve runs, its Guard included
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="session")

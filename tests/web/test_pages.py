@@ -234,6 +234,16 @@ def _sign_in_and_out(anonymous: httpx.Client) -> None:
     assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()
     status = anonymous.get("/status")
     assert status.status_code == 200 and "Sign out" in status.text
+    # the guard lets a form through to sign-in and sign-out only: elsewhere 415, a page for
+    # the web interface and JSON for the API
+    form_elsewhere = anonymous.post("/ask", data={"q": "x"})
+    assert form_elsewhere.status_code == 415
+    assert form_elsewhere.headers["content-type"].startswith("text/html")
+    api_form = anonymous.post(
+        "/v1/search", data={"query": "x"}, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    assert api_form.status_code == 415
+    assert api_form.json()["error"]["type"] == "unsupported_media_type"
     # sign out needs the page's CSRF value
     assert anonymous.post("/signout", data={"csrf": "x"}).status_code == 403
     value = re.search(r'name="csrf" value="([^"]+)"', status.text)
