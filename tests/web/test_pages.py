@@ -311,7 +311,11 @@ def test_bad_addresses_and_failures_are_pages_never_tracebacks(
         ("/no/such/page", 404, "nothing at /no/such/page"),
     ]:
         _error_page(client.get(path, headers={"accept": "text/html"}), status, words)
-    _error_page(client.post("/status", headers={"accept": "text/html"}), 405, "Not allowed")
+    # a method no page takes (a JSON body: the guard refuses any other with 415 first)
+    _error_page(
+        client.post("/status", json={}, headers={"accept": "text/html"}), 405, "Not allowed"
+    )
+    _error_page(client.post("/status", headers={"accept": "text/html"}), 415, "must be JSON")
     # the JSON API keeps answering JSON
     api = client.get("/v1/nothing", headers={"accept": "application/json"})
     assert api.status_code in (401, 404) and api.headers["content-type"] == "application/json"
