@@ -16,6 +16,8 @@ Servers (uvicorn on an ephemeral 127.0.0.1 port, in a thread):
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from loader.serve.guard import server_config
 from loader.settings import Settings, load_settings
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import create_database, drop_database, uvicorn_thread
@@ -139,6 +142,23 @@ def web_kb(
         drop_database(pg_url, dbname)
         for role in (reader, scoped):
             _drop_role(pg_url, role)
+
+
+def start_server(app: Any) -> tuple[str, Any, threading.Thread]:
+    """``app`` served in a thread with the configuration ``pgkb serve`` runs (``server_config``):
+    its base URL, the uvicorn server (set ``should_exit`` to stop it) and the thread
+    (``bench/web_pages.py`` keeps a server running between steps)."""
+    import uvicorn
+
+    instance = uvicorn.Server(server_config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=instance.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not instance.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    port = instance.servers[0].sockets[0].getsockname()[1]
+    return f"http://127.0.0.1:{port}", instance, thread
 
 
 def _serve(settings: Settings, token: str | None) -> Iterator[str]:
