@@ -14,21 +14,21 @@ nested loop of 1,169 x 1,169 index probes, seconds) and the models' coverage wit
 every vector's dimensions; kb.document_page and kb.show_document read the caller's collections
 once instead of once per edge.
 
-Revision ID: 0027
-Revises: 0026
+Revision ID: 0028
+Revises: 0027
 """
 
 from alembic import op
 
 from loader.migration_ops import downgrade_functions, upgrade_functions
 
-revision = "0027"
-down_revision = "0026"
+revision = "0028"
+down_revision = "0027"
 branch_labels = None
 depends_on = None
 
 # The functions this revision changes, applied in this order from the store:
-# alembic/functions/<name>/0027.sql
+# alembic/functions/<name>/0028.sql
 FUNCTIONS = (
     "document_facets",
     "document_page",
