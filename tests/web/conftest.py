@@ -147,7 +147,7 @@ def web_kb(
 def start_server(app: Any) -> tuple[str, Any, threading.Thread]:
     """``app`` served in a thread with the configuration ``pgkb serve`` runs (``server_config``):
     its base URL, the uvicorn server (set ``should_exit`` to stop it) and the thread
-    (``bench/web_pages.py`` keeps a server running between steps)."""
+    (``bench/web_pages.py``, in git at 92379dd, keeps a server running between steps)."""
     import uvicorn
 
     instance = uvicorn.Server(server_config(app, host="127.0.0.1", port=0, log_level="warning"))
