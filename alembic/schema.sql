@@ -252,11 +252,16 @@ CREATE TABLE kb.ingest_runs (
     chunks_written integer,
     exit_code integer,
     error text,
-    db_user text DEFAULT CURRENT_USER NOT NULL
+    db_user text DEFAULT CURRENT_USER NOT NULL,
+    failures jsonb DEFAULT '[]'::jsonb NOT NULL,
+    CONSTRAINT ingest_runs_failures_check CHECK ((jsonb_typeof(failures) = 'array'::text))
 );
 
 -- comment: TABLE ingest_runs
 COMMENT ON TABLE kb.ingest_runs IS 'One row per ingestion run (kb.ingest_run_begin / kb.ingest_run_end): when, what paths, what it did, how it ended; finished_at NULL = did not finish.';
+
+-- comment: COLUMN ingest_runs.failures
+COMMENT ON COLUMN kb.ingest_runs.failures IS 'The sources the run could not ingest: [{source, reason}], the first 100.';
 
 -- sequence: ingest_runs_id_seq
 ALTER TABLE kb.ingest_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -600,9 +605,17 @@ GRANT ALL ON FUNCTION kb.collection_scope(requested text[]) TO kb_writer;
 -- acl: FUNCTION collections_keyword_index()
 REVOKE ALL ON FUNCTION kb.collections_keyword_index() FROM PUBLIC;
 
+-- acl: FUNCTION document_facets(filters jsonb)
+REVOKE ALL ON FUNCTION kb.document_facets(filters jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.document_facets(filters jsonb) TO kb_reader;
+
 -- acl: FUNCTION document_list(filters jsonb, document_ids uuid[], max_results integer)
 REVOKE ALL ON FUNCTION kb.document_list(filters jsonb, document_ids uuid[], max_results integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.document_list(filters jsonb, document_ids uuid[], max_results integer) TO kb_reader;
+
+-- acl: FUNCTION document_page(filters jsonb, document_type text, title_words text, sort text, stale_after interval, page_offset integer, page_size integer, document_ids uuid[])
+REVOKE ALL ON FUNCTION kb.document_page(filters jsonb, document_type text, title_words text, sort text, stale_after interval, page_offset integer, page_size integer, document_ids uuid[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.document_page(filters jsonb, document_type text, title_words text, sort text, stale_after interval, page_offset integer, page_size integer, document_ids uuid[]) TO kb_reader;
 
 -- acl: FUNCTION drop_model(model_name text, model_dims integer)
 REVOKE ALL ON FUNCTION kb.drop_model(model_name text, model_dims integer) FROM PUBLIC;
@@ -632,6 +645,11 @@ REVOKE ALL ON FUNCTION kb.hnsw_parameters(embedding_count bigint, OUT m integer,
 -- acl: FUNCTION hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer, keyword_confidence double precision, lead_slot integer)
 REVOKE ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer, keyword_confidence double precision, lead_slot integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.hybrid_search(query_text text, query_embedding public.vector, match_count integer, vector_candidates integer, keyword_candidates integer, rrf_k integer, vector_weight double precision, keyword_weight double precision, filters jsonb, document_ids uuid[], min_similarity double precision, model text, keyword_ranking text, max_per_document integer, exact_keyword_weight double precision, ef_search integer, keyword_confidence double precision, lead_slot integer) TO kb_reader;
+
+-- acl: FUNCTION ingest_activity(max_runs integer)
+REVOKE ALL ON FUNCTION kb.ingest_activity(max_runs integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.ingest_activity(max_runs integer) TO kb_reader;
+GRANT ALL ON FUNCTION kb.ingest_activity(max_runs integer) TO kb_writer;
 
 -- acl: FUNCTION ingest_run_begin(paths text[])
 REVOKE ALL ON FUNCTION kb.ingest_run_begin(paths text[]) FROM PUBLIC;

@@ -259,12 +259,15 @@ class Settings:
     """Bearer token ``pgkb serve`` requires on every request but ``/healthz``; unset: none (keep
     the server on 127.0.0.1 then). Visible ASCII characters only (no spaces), as HTTP carries
     it: a token that could never be sent is refused at startup. Also sent by ``pgkb search`` and
-    ``pgkb ask`` to ``serve_url``."""
+    ``pgkb ask`` to ``serve_url``. Its web interface asks for it once in a sign-in form."""
     serve_allowed_hosts: str | None = None
     """Names ``pgkb serve`` answers to besides localhost and the address it is bound to
     (comma-separated, e.g. ``kb.internal,kb.example.com``): the ``Host`` header of every request
     must name one (421 otherwise), so a web page that rebinds its own name to this machine's
     address reaches nothing. ``*`` turns the check off."""
+    stale_days: int = 180
+    """The web interface marks documents not updated for longer than this many days as stale
+    (0: never)."""
     serve_url: str | None = None
     """A running ``pgkb serve`` (e.g. ``http://127.0.0.1:8000``) that ``pgkb search`` and
     ``pgkb ask`` ask to embed their query (its ``/v1/embeddings``), instead of loading the model
@@ -445,6 +448,8 @@ class Settings:
                 "hnsw_bulk_threshold must be 0 (always maintain the HNSW index row by row) or "
                 f"a positive number of embeddings, got {self.hnsw_bulk_threshold}"
             )
+        if not 0 <= self.stale_days <= 36500:
+            problems.append(f"stale_days must be from 0 (never) to 36500, got {self.stale_days}")
         if self.max_file_mb <= 0:
             problems.append(f"max_file_mb must be positive, got {self.max_file_mb}")
         if self.max_text_mb <= 0:

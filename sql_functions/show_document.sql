@@ -10,7 +10,7 @@
 -- to sources that are not in the knowledge base (JSON array of {target_uri, anchor}). No row
 -- when the document does not exist. Reads only (STABLE).
 -- No row either when the document is in a collection the caller may not read
--- (kb.collection_readable); its edges list only documents the caller may read, and a link
+-- (kb.collection_scope, read once); its edges list only documents the caller may read, and a link
 -- counts as unresolved unless its target is in the document's own collection.
 CREATE OR REPLACE FUNCTION kb.show_document(document_id uuid)
 RETURNS TABLE (
@@ -36,6 +36,9 @@ PARALLEL SAFE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+    WITH scope AS MATERIALIZED (  -- read once, not per edge (as kb.collection_readable would)
+        SELECT kb.collection_scope(NULL) AS names
+    )
     SELECT d.id, d.title, d.source_uri, d.category, d.doc_type, d.summary, d.key_entities,
            d.toc, d.metadata_origin, d.metadata, d.created_at, d.updated_at,
            (SELECT count(*) FROM kb.chunks c WHERE c.document_id = d.id)::integer,
@@ -45,14 +48,16 @@ AS $$
                                 'title', o.title, 'source_uri', o.source_uri)
                             ORDER BY o.title, o.id, r.relation_type)
                        FROM kb.document_relations r JOIN kb.documents o ON o.id = r.target_id
-                      WHERE r.source_id = d.id AND kb.collection_readable(o.collection)), '[]'::jsonb),
+                      WHERE r.source_id = d.id
+                        AND (s.names IS NULL OR o.collection = ANY (s.names))), '[]'::jsonb),
            coalesce((SELECT jsonb_agg(jsonb_build_object(
                                 'relation_type', r.relation_type, 'origin', r.origin,
                                 'evidence', r.evidence, 'document_id', o.id::text,
                                 'title', o.title, 'source_uri', o.source_uri)
                             ORDER BY o.title, o.id, r.relation_type)
                        FROM kb.document_relations r JOIN kb.documents o ON o.id = r.source_id
-                      WHERE r.target_id = d.id AND kb.collection_readable(o.collection)), '[]'::jsonb),
+                      WHERE r.target_id = d.id
+                        AND (s.names IS NULL OR o.collection = ANY (s.names))), '[]'::jsonb),
            coalesce((SELECT jsonb_agg(jsonb_build_object('target_uri', l.target_uri,
                                                          'anchor', l.anchor)
                             ORDER BY l.target_uri)
@@ -61,9 +66,9 @@ AS $$
                         AND NOT EXISTS (SELECT 1 FROM kb.documents t
                                          WHERE t.source_uri = l.target_uri
                                            AND t.collection = d.collection)), '[]'::jsonb)
-      FROM kb.documents d
+      FROM kb.documents d, scope s
      WHERE d.id = show_document.document_id
-       AND kb.collection_readable(d.collection);  -- the caller's collections only
+       AND (s.names IS NULL OR d.collection = ANY (s.names));  -- the caller's collections only
 $$;
 
 COMMENT ON FUNCTION kb.show_document(uuid) IS

@@ -44,17 +44,35 @@ AS $$
     SELECT pg_catalog.jsonb_build_object(
         'documents', (SELECT count(*) FROM docs),
         'chunks', (SELECT coalesce(sum(docs.chunks), 0)::bigint FROM docs),
-        'relations', (SELECT count(*) FROM kb.document_relations r
-                       WHERE r.source_id IN (SELECT docs.id FROM docs)
-                         AND r.target_id IN (SELECT docs.id FROM docs)),
+        -- both ends within filters, joined from the relations (a join with docs, whose size
+        -- the planner cannot estimate, became a nested loop of documents x documents)
+        'relations', (SELECT count(*)
+                        FROM kb.document_relations r
+                        JOIN kb.documents s ON s.id = r.source_id
+                        JOIN kb.documents t ON t.id = r.target_id, f
+                       WHERE (f.category IS NULL
+                              OR (s.category = ANY (f.category) AND t.category = ANY (f.category)))
+                         AND (f.metadata IS NULL
+                              OR (s.metadata @> f.metadata AND t.metadata @> f.metadata))
+                         AND (f.source_pattern IS NULL
+                              OR (s.source_uri LIKE f.source_pattern
+                                  AND t.source_uri LIKE f.source_pattern))
+                         AND (f.collections IS NULL
+                              OR (s.collection = ANY (f.collections)
+                                  AND t.collection = ANY (f.collections)))),
         'active_model', (SELECT pg_catalog.to_jsonb(a) FROM kb.active_model() a),
         'whole_database', (SELECT whole.ok FROM whole),
+        -- kb.models()' coverage counts, without its check of every vector's dimensions
         'models', coalesce((
             SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                        'id', m.id, 'name', m.name, 'dims', m.dims, 'provider', m.provider,
-                       'is_active', m.is_active, 'embeddings', m.embeddings,
-                       'missing', m.missing) ORDER BY m.id)
-              FROM kb.models() m WHERE (SELECT whole.ok FROM whole)), '[]'::jsonb),
+                       'is_active', m.is_active, 'embeddings', coalesce(e.n, 0),
+                       'missing', (SELECT count(*) FROM kb.chunks) - coalesce(e.n, 0))
+                       ORDER BY m.id)
+              FROM kb.embedding_models m
+              LEFT JOIN (SELECT x.model_id, count(*) AS n FROM kb.embeddings x
+                          GROUP BY x.model_id) e ON e.model_id = m.id
+             WHERE (SELECT whole.ok FROM whole)), '[]'::jsonb),
         'collections', coalesce((
             SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                        'collection', g.collection, 'documents', g.documents, 'chunks', g.chunks)

@@ -130,6 +130,12 @@ def mcp(
     help="Names the Host header may give besides localhost and the bound address "
     "(comma-separated; * turns the check off).",
 )
+@click.option(
+    "--open",
+    "open_browser",
+    is_flag=True,
+    help="Open the web interface in the default browser once the server answers.",
+)
 @_pool
 @_timeout
 @click.pass_obj
@@ -145,18 +151,21 @@ def serve(
     queue_size: int,
     queue_timeout: float,
     serve_allowed_hosts: str | None,
+    open_browser: bool,
     pool_size: int,
     wait_timeout: float,
 ) -> None:
-    """An HTTP service: POST /v1/embeddings (OpenAI's format, the knowledge base's model),
-    POST /v1/chat/completions and GET /v1/models (OpenAI's chat API: chat UIs and OpenAI
-    clients get cited answers, streamed), POST /v1/search, POST /v1/ask (streamed with
-    "stream": true), GET /healthz, GET /metrics (Prometheus).
+    """An HTTP service and a web interface: POST /v1/embeddings (OpenAI's format, the knowledge
+    base's model), POST /v1/chat/completions and GET /v1/models (OpenAI's chat API: chat UIs and
+    OpenAI clients get cited answers, streamed), POST /v1/search, POST /v1/ask (streamed with
+    "stream": true), GET /healthz, GET /metrics (Prometheus), and at / the web interface
+    (documents, graph, search, ask, status) for people.
 
     A service in any language embeds its query here and calls hybrid_search in SQL as a
     `pgkb db grant --read` role; or asks /v1/search directly. Requests must name this server
     in their Host header (localhost, the bound address, or --allowed-host) and send JSON as
-    application/json; a request head must arrive within 10 s and a body within 30 s."""
+    application/json; a request head must arrive within 10 s and a body within 30 s. With a
+    token set, the web interface asks for it once in a sign-in form."""
     from loader.serve.guard import Limits
     from loader.serve.http import run
     from loader.serve.service import KnowledgeService
@@ -183,4 +192,4 @@ def serve(
         queue_timeout=queue_timeout,
         allowed_hosts=settings.allowed_hosts(),
     )
-    run(service, limits, host=host, port=port)
+    run(service, limits, host=host, port=port, open_browser=open_browser)

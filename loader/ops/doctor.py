@@ -208,7 +208,11 @@ def run_checks(settings: Settings) -> list[Check]:
             _rollback(conn)
             checks.append(_skip("functions", f"cannot compare (run doctor as the kb owner): {exc}"))
 
-        checks.append(_indexes_check(conn))
+        try:
+            checks.append(_indexes_check(conn))
+        except psycopg.errors.InsufficientPrivilege as exc:  # a --read role (pgkb serve's)
+            _rollback(conn)
+            checks.append(_skip("indexes", _not_allowed(exc)))
         checks.append(_keyword_backend_check(conn, settings))
 
         try:
@@ -254,6 +258,10 @@ def run_checks(settings: Settings) -> list[Check]:
                     )
                 )
 
+        except psycopg.errors.InsufficientPrivilege as exc:
+            _rollback(conn)
+            for name in ("embeddings", "dims"):
+                checks.append(_skip(name, _not_allowed(exc)))
         except psycopg.Error as exc:
             _rollback(conn)
             for name in ("embeddings", "dims"):
@@ -311,6 +319,11 @@ def run_checks(settings: Settings) -> list[Check]:
     finally:
         conn.close()
     return checks
+
+
+def _not_allowed(exc: psycopg.Error) -> str:
+    what = (exc.diag.message_primary or str(exc)).strip()
+    return f"this role may not read what it needs ({what}); run doctor as the kb owner"
 
 
 def _indexes_check(conn: psycopg.Connection[Any]) -> Check:

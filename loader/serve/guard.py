@@ -11,13 +11,18 @@
    (``/metrics`` needs it but, like ``/healthz``, takes no slot in the queue).
 3. **JSON bodies only**: a POST, PUT or PATCH must declare ``Content-Type: application/json``
    (415 otherwise): a page can send ``text/plain``, a form or a typeless blob to another origin
-   without asking (a CORS "simple" request), but never ``application/json``.
+   without asking (a CORS "simple" request), but never ``application/json``. The one exception:
+   the web interface's form paths (:attr:`Pages.form_paths`, sign-in and sign-out) take a POST
+   of ``application/x-www-form-urlencoded``, and check its CSRF value and origin themselves.
 4. **The body, read whole before any slot is taken**, within ``max_body`` bytes (413) and
    ``body_timeout`` seconds in all (408, connection closed): a client sending a byte at a time
    holds its own connection, never a slot the others need.
 5. **The queue**: at most ``concurrency`` requests in the model and the database at once; up
    to ``queue_size`` more wait their turn (first come, first served) for ``queue_timeout``
-   seconds; past either, a JSON 503 with ``Retry-After``.
+   seconds; past either, a 503 with ``Retry-After``.
+
+Its refusals are JSON ``{"error": {"message", "type"}}``, but HTML pages (:class:`Pages`) for a
+web interface's requests: a browser shows the page, never a JSON object.
 
 :func:`server_config` gives uvicorn a protocol (:func:`_protocol`) that closes a connection
 whose request head is not complete ``header_timeout`` seconds after it opened (or after its
@@ -33,11 +38,12 @@ import dataclasses
 import hmac
 import ipaddress
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import h11
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
@@ -51,6 +57,7 @@ LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 JSON_TYPES = ("application/json",)
+FORM_TYPE = "application/x-www-form-urlencoded"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +74,20 @@ class Limits:
     max_connections: int = 512
     allowed_hosts: tuple[str, ...] = ()
     bound: str = "127.0.0.1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Pages:
+    """A web interface served beside the JSON API, as the :class:`Guard` needs to know it."""
+
+    wants_page: Callable[[str, str], bool]
+    """Whether a request for this path with this ``Accept`` header is a browser's: it needs no
+    bearer token (the pages check their own session cookie; other paths are not found) and gets
+    the Guard's refusals as pages."""
+    error_page: Callable[[int, str], Response]
+    """A refusal (status, message) as an HTML page."""
+    form_paths: frozenset[str] = frozenset()
+    """Paths whose POST may carry ``application/x-www-form-urlencoded`` instead of JSON."""
 
 
 def error(
@@ -113,9 +134,11 @@ class Guard:
         body_timeout: float = Limits.body_timeout,
         allowed_hosts: tuple[str, ...] = (),
         bound: str = Limits.bound,
+        pages: Pages | None = None,
     ) -> None:
         self.app = app
         self.token = token
+        self.pages = pages
         self.max_body = max_body
         self.concurrency = max(1, concurrency)
         self.queue_timeout = queue_timeout
@@ -143,20 +166,24 @@ class Guard:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
                 return
-            await refusal(scope, receive, send)
+            await self._refuse(scope, receive, send, 421, refusal, "misdirected_request")
             return
         path = scope.get("path", "")
-        if self.token and path not in OPEN_PATHS and not self._authorised(headers):
+        page = self._is_page(scope)  # a browser's: pages check their session, others are 404
+        if self.token and path not in OPEN_PATHS and not page and not self._authorised(headers):
             response = error(401, "missing or wrong bearer token", "authentication_error")
             response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
             return
-        if scope.get("method") in BODY_METHODS and not self._declares_json(headers):
-            await error(
+        if scope.get("method") in BODY_METHODS and not self._body_type_allowed(path, headers):
+            await self._refuse(
+                scope,
+                receive,
+                send,
                 415,
                 "the request body must be JSON, sent with Content-Type: application/json",
                 "unsupported_media_type",
-            )(scope, receive, send)
+            )
             return
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
@@ -200,8 +227,34 @@ class Guard:
     def _slot_free(self) -> bool:
         return self.slots.value > 0
 
-    def _host_refusal(self, headers: dict[bytes, bytes]) -> JSONResponse | None:
-        """None when the ``Host`` header names this server, else the 421 response."""
+    def _is_page(self, scope: Scope) -> bool:
+        """Whether the request is for the web interface (:attr:`Pages.wants_page`)."""
+        if self.pages is None:
+            return False
+        accept = dict(scope.get("headers") or []).get(b"accept", b"").decode("latin-1")
+        return self.pages.wants_page(scope.get("path", ""), accept)
+
+    async def _refuse(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        status: int,
+        message: str,
+        kind: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Answer ``status``: an HTML page for the web interface's requests, else JSON."""
+        response: Response
+        if self.pages is not None and self._is_page(scope):
+            response = self.pages.error_page(status, message)
+            response.headers.update(headers or {})
+        else:
+            response = error(status, message, kind, headers)
+        await response(scope, receive, send)
+
+    def _host_refusal(self, headers: dict[bytes, bytes]) -> str | None:
+        """None when the ``Host`` header names this server, else why not (for the 421)."""
         if self.any_host:
             return None
         raw = headers.get(b"host")
@@ -209,12 +262,10 @@ class Guard:
         if name and (name in self.hosts or (self.any_address and _is_address(name))):
             return None
         shown = repr(raw.decode("latin-1")[:100]) if raw is not None else "none"
-        return error(
-            421,
+        return (
             f"the Host header ({shown}) does not name this server; use a localhost name or "
             "its address, or allow the name with PGKB_SERVE_ALLOWED_HOSTS (serve_allowed_hosts) "
-            "or --allowed-host",
-            "misdirected_request",
+            "or --allowed-host"
         )
 
     def _authorised(self, headers: dict[bytes, bytes]) -> bool:
@@ -225,23 +276,30 @@ class Guard:
             given.strip().encode("latin-1", "replace"), self.token.encode("latin-1", "replace")
         )
 
-    @staticmethod
-    def _declares_json(headers: dict[bytes, bytes]) -> bool:
+    def _body_type_allowed(self, path: str, headers: dict[bytes, bytes]) -> bool:
+        """JSON, or a form on one of the web interface's form paths (sign-in, sign-out)."""
         value = headers.get(b"content-type", b"").decode("latin-1")
         media = value.split(";", 1)[0].strip().lower()
-        return media in JSON_TYPES or (media.startswith("application/") and media.endswith("+json"))
+        if media in JSON_TYPES or (media.startswith("application/") and media.endswith("+json")):
+            return True
+        return media == FORM_TYPE and self.pages is not None and path in self.pages.form_paths
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await error(
+        await self._refuse(
+            scope,
+            receive,
+            send,
             413,
             f"the request body exceeds {self.max_body} bytes",
             "request_too_large",
             {"Connection": "close"},
-        )(scope, receive, send)
+        )
 
     async def _busy(self, message: str, scope: Scope, receive: Receive, send: Send) -> None:
         retry = max(1, int(self.queue_timeout // 10))
-        await error(503, message, "unavailable", {"Retry-After": str(retry)})(scope, receive, send)
+        await self._refuse(
+            scope, receive, send, 503, message, "unavailable", {"Retry-After": str(retry)}
+        )
 
     async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         """The whole body, or None after answering 413 (too large) or 408 (not sent within
@@ -262,12 +320,15 @@ class Guard:
                 if not message.get("more_body", False):
                     return b"".join(chunks)
         assert deadline.cancelled_caught
-        await error(
+        await self._refuse(
+            scope,
+            receive,
+            send,
             408,
             f"the request body did not arrive within {self.body_timeout:g} s",
             "request_timeout",
             {"Connection": "close"},
-        )(scope, receive, send)
+        )
         return None
 
 

@@ -22,6 +22,9 @@ Routes (JSON in, JSON out; errors as ``{"error": {"message", "type"}}``):
     Database reachable and model loaded (503 when the database is not); needs no token.
 ``GET /metrics``
     Prometheus' text format (:mod:`loader.serve.metrics`); behind the token like the API.
+``GET /`` and the pages under it
+    The web interface (:mod:`loader.web`): signed in with a session cookie, not the bearer
+    token.
 
 Limits (:mod:`loader.serve.guard`, around the whole app): the ``Host`` header must name this
 server (421), a bearer token when one is configured (``PGKB_SERVE_TOKEN``; compared in constant
@@ -50,7 +53,7 @@ from starlette.types import ASGIApp
 
 from loader.errors import PgkbError
 from loader.serve import openai_chat
-from loader.serve.guard import Guard, Limits, error, server_config
+from loader.serve.guard import Guard, Limits, Pages, error, server_config
 from loader.serve.metrics import Metrics, RequestMetrics
 from loader.serve.service import (
     BadRequest,
@@ -60,6 +63,8 @@ from loader.serve.service import (
     surrogate_path,
 )
 from loader.serve.streaming import Emitter, EventStream, sse
+from loader.web.app import FORM_PATHS, error_page, wants_page, web_routes
+from loader.web.launch import open_when_ready
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +132,7 @@ def create_app(
     allowed_hosts: tuple[str, ...] = (),
     bound: str = Limits.bound,
     close_service: bool = True,
+    web: bool = True,
 ) -> ASGIApp:
     """The ASGI app serving ``service`` (opened already; closed at shutdown if
     ``close_service``), inside its :class:`~loader.serve.guard.Guard`."""
@@ -259,10 +265,15 @@ def create_app(
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         kinds = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+        if web and wants_page(request.url.path, request.headers.get("accept", "")):
+            message = {404: f"nothing at {request.url.path}"}.get(exc.status_code, str(exc.detail))
+            return error_page(exc.status_code, message)
         return error(exc.status_code, str(exc.detail), kinds.get(exc.status_code, "error"))
 
     async def server_error(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error in %s", request.url.path)
+        if web and wants_page(request.url.path, request.headers.get("accept", "")):
+            return error_page(500, "internal error; the server log has the details")
         return error(500, "internal error; the server log has the details", "server_error")
 
     metrics = Metrics()
@@ -291,7 +302,7 @@ def create_app(
         Route("/metrics", metrics.endpoint, methods=["GET"]),
     ]
     app = Starlette(
-        routes=routes,
+        routes=[*routes, *(web_routes(service, token=token) if web else [])],
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
     )
@@ -305,14 +316,22 @@ def create_app(
         body_timeout=body_timeout,
         allowed_hosts=allowed_hosts,
         bound=bound,
+        pages=Pages(wants_page, error_page, FORM_PATHS) if web else None,
     )
     return RequestMetrics(guarded, metrics, [r.path for r in routes])
 
 
 def run(
-    service: KnowledgeService, limits: Limits, *, host: str, port: int, log_level: str = "info"
+    service: KnowledgeService,
+    limits: Limits,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    open_browser: bool = False,
 ) -> None:
-    """Serve until SIGINT/SIGTERM; requests in flight get 10 s to finish."""
+    """Serve until SIGINT/SIGTERM; requests in flight get 10 s to finish. ``open_browser``:
+    open the web interface in the default browser once the server answers."""
     import uvicorn
 
     app = create_app(
@@ -326,6 +345,8 @@ def run(
         allowed_hosts=limits.allowed_hosts,
         bound=host,
     )
+    if open_browser:
+        open_when_ready(host, port)
     config = server_config(
         app,
         host=host,

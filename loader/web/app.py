@@ -1,0 +1,872 @@
+"""The web interface's routes, mounted by :func:`loader.serve.http.create_app` beside the JSON
+API.
+
+==================  ============================================================================
+``GET /``           the documents: filters (collection, category, type, words of the title),
+                    sort (title, updated), pages of 50; stale documents and ingestion state marked
+``GET /documents/ID``  one document: metadata, outline (each entry opens its chunk range), the
+                    text of a chunk range within a token budget, relations in and out by type
+``GET /graph``      the graph around a document (``?doc=ID&depth=1-3``) or the catalogue, as SVG
+``GET /search``     search with the filters of ``pgkb search``; why each hit ranked
+``GET /ask``        a cited answer or "I don't know"; ``/ask/stream`` streams it (server-sent
+                    events) for the page's script
+``GET /status``     counts, collections, models, the last ingestion runs, ``pgkb doctor``'s checks
+``/signin``, ``/signout``  with a serve token: the token once, then a session cookie
+``/static/...``     the stylesheet and the script
+==================  ============================================================================
+
+Every page runs its database work on a worker thread through the service's pool (read-only
+connections in the served scope), renders a template with autoescaping, and goes out with a
+Content-Security-Policy that allows scripts, styles and connections from this server only and
+no inline script.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import json
+import logging
+import queue
+import re
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import jinja2
+import psycopg
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from loader.answer.single import answer_question
+from loader.errors import DatabaseError, PgkbError
+from loader.filters import SearchFilters
+from loader.graph.catalogue import DocumentNotFound, show_document
+from loader.ops.doctor import run_checks
+from loader.web import auth, reads
+from loader.web.graph_svg import layout
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"
+
+PAGE_PREFIXES = ("/documents/", "/static/")
+PAGE_PATHS = frozenset(
+    {"/", "/documents", "/graph", "/search", "/ask", "/ask/stream", "/status", "/signin",
+     "/signout", "/favicon.ico"}
+)  # fmt: skip
+FORM_PATHS = frozenset({"/signin", "/signout"})
+"""The pages whose POST carries a form (``application/x-www-form-urlencoded``), not JSON: they
+check the form's CSRF value and the request's origin themselves."""
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
+}
+DOCTOR_SECONDS = 300.0
+"""How long the status page shows a run of ``pgkb doctor``'s checks before it runs them again
+(in the background; ``?recheck=1`` runs them at once)."""
+MAX_QUERY = 2000
+
+
+def is_web_path(path: str) -> bool:
+    """Whether ``path`` is the web interface's (signed in with a session cookie), not the JSON
+    API's (a bearer token)."""
+    return path in PAGE_PATHS or path.startswith(PAGE_PREFIXES)
+
+
+def wants_page(path: str, accept: str) -> bool:
+    """Whether an error for ``path`` goes out as an HTML page: the web interface's paths, and
+    any other but the JSON API's (``/v1/``, ``/healthz``) that a browser asks for."""
+    if is_web_path(path):
+        return True
+    return "text/html" in accept and not path.startswith(("/v1/", "/healthz"))
+
+
+TITLES = {
+    404: "Not found",
+    405: "Not allowed",
+    408: "Too slow",
+    413: "Too large",
+    415: "Not a form or JSON",
+    421: "Wrong address",
+    500: "Internal error",
+    503: "Busy",
+}
+
+
+def error_page(status: int, message: str, hint: str = "") -> Response:
+    """An error as a page of the web interface (the server's own words, never a traceback),
+    for the errors no page handled: an unknown address, a method, an unexpected failure."""
+    html = _shared_environment().get_template("error.html").render(
+        request_path="", signed_in=False, signout_csrf="", scope="", section="",
+        title=TITLES.get(status, "Error"), message=message, hint=hint,
+    )  # fmt: skip
+    return secure(HTMLResponse(html, status_code=status))
+
+
+@functools.cache
+def _shared_environment() -> Any:
+    return _environment()
+
+
+def _environment() -> Any:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,  # every template, whatever its name
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["age"] = reads.age
+    env.filters["thousands"] = lambda n: "" if n is None else f"{int(n):,}"
+    env.filters["type_label"] = lambda t: str(t or "").replace("_", " ")
+    env.filters["paragraphs"] = _paragraphs
+    env.filters["plural"] = lambda n, word: f"{n:,} {word}{'' if n == 1 else 's'}"
+    env.filters["bytes"] = _bytes
+    env.globals["url"] = url
+    env.globals["type_colour"] = lambda t: TYPE_CLASS.get(t, "general")
+    return env
+
+
+TYPE_CLASS = {t: t for t in reads.DOC_TYPES}
+
+
+def url(path: str, params: dict[str, Any] | None = None, fragment: str = "") -> str:
+    """``path`` with ``params`` as its query string (None and "" left out)."""
+    items: list[tuple[str, str]] = []
+    for key, value in (params or {}).items():
+        if value is None or value == "":
+            continue
+        if isinstance(value, list | tuple):
+            items.extend((key, str(v)) for v in value if v not in (None, ""))
+        else:
+            items.append((key, str(value)))
+    query = urllib.parse.urlencode(items)
+    return path + ("?" + query if query else "") + ("#" + fragment if fragment else "")
+
+
+def _paragraphs(text: str) -> list[str]:
+    parts = [p.strip() for p in re.split(r"\n\s*\n", text or "")]
+    return [p for p in parts if p]
+
+
+def _bytes(n: Any) -> str:
+    value = float(n or 0)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TB"
+
+
+class PageError(Exception):
+    """A page that cannot be shown: its status, a title and what to do."""
+
+    def __init__(self, status: int, title: str, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.status, self.title, self.message, self.hint = status, title, message, hint
+
+
+def _int(request: Request, name: str, low: int, high: int, default: int | None) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise PageError(400, "Bad address", f"{name} must be a whole number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise PageError(400, "Bad address", f"{name} must be from {low} to {high}, got {value}")
+    return value
+
+
+def _text(request: Request, name: str, limit: int = MAX_QUERY) -> str | None:
+    raw = request.query_params.get(name)
+    if raw is None or not raw.strip():
+        return None
+    if len(raw) > limit:
+        raise PageError(400, "Bad address", f"{name} is longer than {limit} characters")
+    return raw.strip()
+
+
+def _choice(request: Request, name: str, allowed: Sequence[str], default: str | None) -> Any:
+    raw = _text(request, name, 100)
+    if raw is None:
+        return default
+    if raw not in allowed:
+        raise PageError(
+            400, "Bad address", f"{name} must be one of {', '.join(allowed)}, got {raw!r}"
+        )
+    return raw
+
+
+def _uuid(value: str, what: str = "document id") -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise PageError(404, "No such document", f"{value!r} is not a {what}") from None
+
+
+class Step:
+    """``with Step(request, "sql"): ...`` adds the block's time to the page's Server-Timing."""
+
+    def __init__(self, request: Request, name: str) -> None:
+        self.request, self.name, self.began = request, name, 0.0
+
+    def __enter__(self) -> None:
+        self.began = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        steps = getattr(self.request.state, "steps", None)
+        if steps is not None:
+            steps.append((self.name, (time.perf_counter() - self.began) * 1000))
+
+
+def safe_next(value: str | None) -> str:
+    """A path on this server to go back to after signing in (never another site's)."""
+    if not value or not value.startswith("/") or value.startswith(("//", "/\\")):
+        return "/"
+    if any(c in value for c in "\r\n\\"):
+        return "/"
+    return value
+
+
+@dataclasses.dataclass
+class _DoctorRun:
+    checks: list[Any]
+    at: float
+    error: str | None = None
+
+
+class WebUI:
+    """The pages of one server: its service, its sign-in rules, its templates."""
+
+    def __init__(self, service: Any, *, token: str | None, stale_days: int | None = None) -> None:
+        self.service = service
+        self.sessions = auth.Sessions(token) if token else None
+        self.stale_days = service.settings.stale_days if stale_days is None else stale_days
+        self.env = _environment()
+        self._doctor: _DoctorRun | None = None
+        self._doctor_lock = threading.Lock()
+        self._doctor_running = False
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def routes(self) -> list[BaseRoute]:
+        page = self._page
+        return [
+            Route("/", page(self.documents), methods=["GET"]),
+            Route("/documents", page(self.documents_redirect), methods=["GET"]),
+            Route("/documents/{document_id}", page(self.document), methods=["GET"]),
+            Route("/graph", page(self.graph), methods=["GET"]),
+            Route("/search", page(self.search), methods=["GET"]),
+            Route("/ask", page(self.ask), methods=["GET"]),
+            Route("/ask/stream", self._guarded(self.ask_stream), methods=["GET"]),
+            Route("/status", page(self.status), methods=["GET"]),
+            Route("/signin", self._secured(self.signin_form), methods=["GET"]),
+            Route("/signin", self._secured(self.signin), methods=["POST"]),
+            Route("/signout", self._secured(self.signout), methods=["POST"]),
+            Route("/favicon.ico", self._secured(self.favicon), methods=["GET"]),
+            Mount("/static", app=_Static(StaticFiles(directory=str(STATIC))), name="static"),
+        ]
+
+    def signed_in(self, request: Request) -> bool:
+        return self.sessions is None or self.sessions.valid(
+            request.cookies.get(auth.SESSION_COOKIE)
+        )
+
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        session = request.cookies.get(auth.SESSION_COOKIE)
+        base = {
+            "request_path": request.url.path,
+            "signed_in": self.sessions is not None and self.signed_in(request),
+            "signout_csrf": self.sessions.csrf_for(session)
+            if self.sessions is not None and session and self.sessions.valid(session)
+            else "",
+            "scope": self._scope_label(),
+            "section": context.pop("section", ""),
+        }
+        html = self.env.get_template(name).render(**base, **context)
+        return secure(HTMLResponse(html, status_code=status))
+
+    def _scope_label(self) -> str:
+        parts = []
+        names = self.service.settings.collection_names()
+        if names:
+            parts.append("collection" + ("s " if len(names) > 1 else " ") + ", ".join(names))
+        if self.service.category:
+            parts.append(f"category {self.service.category}")
+        return "; ".join(parts)
+
+    def _error(self, request: Request, exc: PageError) -> Response:
+        return self.render(
+            request,
+            "error.html",
+            status=exc.status,
+            title=exc.title,
+            message=exc.message,
+            hint=exc.hint,
+        )
+
+    def _secured(
+        self, fn: Callable[[Request], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return secure(await fn(request))
+            except PageError as exc:
+                return self._error(request, exc)
+
+        return endpoint
+
+    def _guarded(
+        self, fn: Callable[[Request], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """Signed in (or no token set), else 401 / to the sign-in form."""
+
+        async def endpoint(request: Request) -> Response:
+            if not self.signed_in(request):
+                if request.url.path == "/ask/stream":
+                    return secure(Response("sign in first", status_code=401))
+                target = request.url.path + ("?" + request.url.query if request.url.query else "")
+                return secure(RedirectResponse(url("/signin", {"next": target}), 303))
+            return await fn(request)
+
+        return endpoint
+
+    def _page(self, fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
+        """A page: signed in, its work on a worker thread, errors as error pages."""
+
+        async def run(request: Request) -> Response:
+            try:
+                began = time.perf_counter()
+                request.state.steps = []
+                result = await anyio.to_thread.run_sync(lambda: fn(request))
+                if isinstance(result, Response):
+                    return secure(result)
+                name, context = result
+                read = time.perf_counter()
+                response = self.render(request, name, **context)
+                done = time.perf_counter()
+                # how long the page took on the server (the benchmark reads it): the steps the
+                # page marked within its read, then read, render and total
+                steps = [f"{step};dur={ms:.1f}" for step, ms in request.state.steps]
+                response.headers["Server-Timing"] = ", ".join(
+                    [*steps, f"read;dur={(read - began) * 1000:.1f}",
+                     f"render;dur={(done - read) * 1000:.1f}",
+                     f"total;dur={(done - began) * 1000:.1f}"]
+                )  # fmt: skip
+                return response
+            except PageError as exc:
+                return self._error(request, exc)
+            except DocumentNotFound as exc:
+                return self._error(request, PageError(404, "No such document", exc.message))
+            except DatabaseError as exc:  # the database is down or refused (the service's 503)
+                return self._error(
+                    request,
+                    PageError(503, "The database is unavailable", exc.message, exc.hint or ""),
+                )
+            except PgkbError as exc:  # an argument the user can fix (the service's 400)
+                return self._error(
+                    request, PageError(400, "Cannot do that", exc.message, exc.hint or "")
+                )
+
+        return self._guarded(run)
+
+    # -- the documents ------------------------------------------------------------------------
+
+    def documents_redirect(self, request: Request) -> Response:
+        return RedirectResponse(url("/", dict(request.query_params)), 308)
+
+    def documents(self, request: Request) -> tuple[str, dict[str, Any]]:
+        query = reads.ListQuery(
+            collection=_text(request, "collection", 200),
+            category=_text(request, "category", 200),
+            doc_type=_choice(request, "type", reads.DOC_TYPES, None),
+            words=_text(request, "q", 500),
+            sort=_choice(request, "sort", ("title", "updated"), "title"),
+            page=_int(request, "page", 1, 1_000_000, 1) or 1,
+        )
+        if query.category and self.service.category and query.category != self.service.category:
+            raise PageError(
+                400, "Not served", f"this server serves category {self.service.category} only"
+            )
+        with self.service.connection() as conn:
+            page = reads.document_page(
+                conn, query, category_scope=self.service.category, stale_days=self.stale_days
+            )
+            runs = reads.ingest_activity(conn, 10)
+        failures = _open_failures(runs)
+        return "documents.html", {
+            "section": "documents",
+            "query": query,
+            "page": page,
+            "running": [r for r in runs if r.running],
+            "failures": failures,
+            "stale_days": self.stale_days,
+            "doc_types": reads.DOC_TYPES,
+        }
+
+    def document(self, request: Request) -> tuple[str, dict[str, Any]]:
+        document_id = _uuid(request.path_params["document_id"])
+        start = _int(request, "start", 0, 10_000_000, None)
+        end = _int(request, "end", 0, 10_000_000, None)
+        chunk = _int(request, "chunk", 0, 10_000_000, None)
+        if start is not None and end is not None and end < start:
+            raise PageError(400, "Bad address", f"end ({end}) is before start ({start})")
+        if chunk is not None and start is None:
+            start = max(0, chunk - 1)
+        with self.service.connection() as conn:
+            row = reads.document_row(conn, document_id, stale_days=self.stale_days)
+            if row is None or not self._in_category(row.category):
+                raise DocumentNotFound(
+                    f"no document {document_id} here",
+                    hint="it was removed, or it is outside what this server may show",
+                )
+            detail = show_document(conn, document_id)
+            reading = reads.read_range(conn, document_id, start, end)
+        return "document.html", {
+            "section": "documents",
+            "doc": row,
+            "detail": detail,
+            "reading": reading,
+            "hit": chunk,
+            "groups": reads.relation_groups(detail),
+            "budget": reads.READ_BUDGET,
+        }
+
+    def _in_category(self, category: str | None) -> bool:
+        return self.service.category is None or category == self.service.category
+
+    # -- the graph ------------------------------------------------------------------------------
+
+    def graph(self, request: Request) -> tuple[str, dict[str, Any]]:
+        doc = _text(request, "doc", 100)
+        start = _uuid(doc) if doc else None
+        depth = _int(request, "depth", 1, 3, 1) or 1
+        types = request.query_params.getlist("type")
+        bad = [t for t in types if t not in reads.RELATION_TYPES]
+        if bad:
+            raise PageError(
+                400, "Bad address",
+                f"unknown relation type {bad[0]!r}; one of {', '.join(reads.RELATION_TYPES)}",
+            )  # fmt: skip
+        filters = {"category": self.service.category} if self.service.category else {}
+        with self.service.connection() as conn, Step(request, "sql"):
+            data = reads.graph_nodes(
+                conn, start=start, depth=depth, relation_types=types or None, filters=filters
+            )
+            if start is not None and not data.nodes:
+                raise DocumentNotFound(
+                    f"no document {start} here",
+                    hint="it was removed, or it is outside what this server may show",
+                )
+            total = None
+            if start is None:
+                total = reads.document_total(conn, filters)
+        with Step(request, "layout"):
+            picture = layout(data.nodes, start)
+        start_node = next((n for n in data.nodes if n.document_id == start), None)
+        return "graph.html", {
+            "section": "graph",
+            "picture": picture,
+            "data": data,
+            "start_node": start_node,
+            "depth": depth,
+            "types": types,
+            "relation_types": reads.RELATION_TYPES,
+            "cap": reads.GRAPH_CAP,
+            "total": total,
+        }
+
+    # -- search and ask -------------------------------------------------------------------------
+
+    def _search_form(self, request: Request) -> dict[str, Any]:
+        meta_raw = _text(request, "meta", 1000)
+        metadata: dict[str, str] | None = None
+        if meta_raw:
+            metadata = {}
+            for item in meta_raw.split(","):
+                key, sep, value = item.partition("=")
+                if not sep or not key.strip():
+                    raise PageError(
+                        400, "Bad filter", f"metadata filter {item.strip()!r} is not key=value",
+                        "write key=value, several separated by commas: team=hr, year=2024",
+                    )  # fmt: skip
+                metadata[key.strip()] = value.strip()
+        similarity_raw = _text(request, "min_similarity", 20)
+        similarity = None
+        if similarity_raw is not None:
+            try:
+                similarity = float(similarity_raw)
+            except ValueError:
+                raise PageError(
+                    400, "Bad filter", f"minimum similarity must be a number, got "
+                    f"{similarity_raw!r}",
+                ) from None  # fmt: skip
+        doc = _text(request, "doc", 100)
+        return {
+            "q": _text(request, "q") or "",
+            "mode": _choice(request, "mode", ("hybrid", "vector", "keyword"), "hybrid"),
+            "limit": _int(request, "limit", 1, 50, 10),
+            "category": _text(request, "category", 200),
+            "collection": _text(request, "collection", 200),
+            "source": _text(request, "source", 1000),
+            "meta": meta_raw or "",
+            "metadata": metadata,
+            "min_similarity": similarity,
+            "min_similarity_raw": similarity_raw or "",
+            "doc": _uuid(doc) if doc else None,
+        }
+
+    def _facets(self) -> dict[str, list[reads.Facet]]:
+        with self.service.connection() as conn:
+            return reads.document_facets(conn, category_scope=self.service.category)
+
+    def search(self, request: Request) -> tuple[str, dict[str, Any]]:
+        form = self._search_form(request)
+        facets = self._facets()
+        hits: list[dict[str, Any]] = []
+        marks: list[list[tuple[str, bool]]] = []
+        doc_title = None
+        if form["doc"]:
+            with self.service.connection() as conn:
+                row = reads.document_row(conn, form["doc"], stale_days=0)
+            doc_title = row.title if row else None
+        if form["q"]:
+            with Step(request, "search"):
+                result = self.service.search(
+                    form["q"],
+                    mode=form["mode"],
+                    limit=form["limit"],
+                    category=form["category"],
+                    source=form["source"],
+                    metadata=form["metadata"],
+                    min_similarity=form["min_similarity"],
+                    document_ids=[form["doc"]] if form["doc"] else None,
+                    collections=[form["collection"]] if form["collection"] else None,
+                )
+            hits = result["results"]
+            with self.service.connection() as conn, Step(request, "snippets"):
+                marks = reads.headlines(conn, form["q"], [h["content"] for h in hits])
+        return "search.html", {
+            "section": "search",
+            "form": form,
+            "hits": list(zip(hits, marks, strict=True)) if hits else [],
+            "facets": facets,
+            "doc_title": doc_title,
+        }
+
+    def _ask_form(self, request: Request) -> dict[str, Any]:
+        return {
+            "q": _text(request, "q") or "",
+            "category": _text(request, "category", 200),
+            "collection": _text(request, "collection", 200),
+        }
+
+    def _answer(self, form: dict[str, Any], on_text: Callable[[str], None] | None) -> Any:
+        service = self.service
+        category = form["category"]
+        if service.category is not None:
+            if category is not None and category != service.category:
+                raise PageError(
+                    400, "Not served", f"this server serves category {service.category} only"
+                )
+            category = service.category
+        collections = [form["collection"]] if form["collection"] else None
+        filters = SearchFilters.of(category=category, collections=collections or ())
+        with service.connection(collections) as conn:
+            return answer_question(
+                conn,
+                service.settings,
+                form["q"],
+                embedder=service,
+                client=service.chat,
+                category=category,
+                on_text=on_text,
+                filters=filters,
+            )
+
+    def ask(self, request: Request) -> tuple[str, dict[str, Any]]:
+        form = self._ask_form(request)
+        answer = self._answer(form, None) if form["q"] else None
+        return "ask.html", {
+            "section": "ask",
+            "form": form,
+            "answer": answer,
+            "pieces": answer_pieces(answer) if answer else [],
+            "facets": self._facets(),
+            "streams": self.service.chat is not None,
+        }
+
+    async def ask_stream(self, request: Request) -> Response:
+        """Server-sent events: ``text`` for each piece the chat model writes, then ``done`` with
+        the checked answer's HTML (or ``failed`` with a message)."""
+        try:
+            form = self._ask_form(request)
+        except PageError as exc:
+            return secure(Response(exc.message, status_code=400))
+        if not form["q"]:
+            return secure(Response("the question is empty", status_code=400))
+        pieces: queue.Queue[tuple[str, str] | None] = queue.Queue()
+
+        def work() -> None:
+            try:
+                answer = self._answer(form, lambda text: pieces.put(("text", text)))
+                html = self.env.get_template("_answer.html").render(
+                    answer=answer, pieces=answer_pieces(answer)
+                )
+                pieces.put(("done", html))
+            except PgkbError as exc:
+                pieces.put(("failed", exc.message + (f" ({exc.hint})" if exc.hint else "")))
+            except Exception:
+                log.exception("the web interface's answer failed")
+                pieces.put(("failed", "internal error; the server log has the details"))
+            finally:
+                pieces.put(None)
+
+        async def events() -> AsyncIterator[bytes]:
+            thread = threading.Thread(target=work, name="pgkb-web-ask", daemon=True)
+            thread.start()
+            yield b": answering\n\n"
+            while True:
+                item = await anyio.to_thread.run_sync(pieces.get)
+                if item is None:
+                    break
+                kind, data = item
+                yield f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+        response = StreamingResponse(events(), media_type="text/event-stream")
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Accel-Buffering"] = "no"
+        return secure(response)
+
+    # -- status -----------------------------------------------------------------------------------
+
+    def _run_doctor(self) -> None:
+        """Run ``pgkb doctor``'s checks as the server's role and keep the result (or why they
+        could not run: a ``--read`` role may not read what some checks read)."""
+        try:
+            run = _DoctorRun(run_checks(self.service.settings), time.time())
+        except (PgkbError, psycopg.Error) as exc:
+            message = exc.message if isinstance(exc, PgkbError) else str(exc).strip()
+            run = _DoctorRun([], time.time(), message.splitlines()[0] if message else "error")
+        except Exception:
+            log.exception("pgkb doctor's checks failed")
+            run = _DoctorRun([], time.time(), "internal error; the server log has the details")
+        with self._doctor_lock:
+            self._doctor = run
+            self._doctor_running = False
+
+    def _doctor_checks(self, recheck: bool) -> _DoctorRun | None:
+        """The last run of the checks; a new one when asked (``recheck``) or the first time
+        (waited for), or in the background when the last is older than :data:`DOCTOR_SECONDS`."""
+        with self._doctor_lock:
+            current = self._doctor
+            stale = current is None or time.time() - current.at > DOCTOR_SECONDS
+            start = (recheck or stale) and not self._doctor_running
+            if start:
+                self._doctor_running = True
+        if start and (recheck or current is None):
+            self._run_doctor()
+        elif start:
+            threading.Thread(target=self._run_doctor, name="pgkb-web-doctor", daemon=True).start()
+        with self._doctor_lock:
+            return self._doctor
+
+    def warm(self) -> None:
+        """Run the doctor's checks in the background once, so the first status page has them."""
+        with self._doctor_lock:
+            if self._doctor_running or self._doctor is not None:
+                return
+            self._doctor_running = True
+        threading.Thread(target=self._run_doctor, name="pgkb-web-doctor", daemon=True).start()
+
+    def status(self, request: Request) -> tuple[str, dict[str, Any]]:
+        recheck = request.query_params.get("recheck") == "1"
+        filters = {"category": self.service.category} if self.service.category else {}
+        with self.service.connection() as conn:
+            stats = reads.kb_stats(conn, filters)
+            collections = reads.collections(conn)
+            runs = reads.ingest_activity(conn, 10)
+        doctor = self._doctor_checks(recheck)
+        settings = self.service.settings
+        return "status.html", {
+            "section": "status",
+            "stats": stats,
+            "collections": collections,
+            "runs": runs,
+            "doctor": doctor,
+            "doctor_age": reads.age(None if doctor is None else _utc(doctor.at)),
+            "model": self.service.model_name,
+            "dims": self.service.embedder.dims,
+            "chat_model": settings.chat_model if self.service.chat is not None else None,
+            "revision": self.service.schema_revision,
+            "served": settings.collection_names(),
+            "category": self.service.category,
+        }
+
+    # -- signing in ------------------------------------------------------------------------------
+
+    async def signin_form(self, request: Request, message: str = "", status: int = 200) -> Response:
+        target = safe_next(request.query_params.get("next"))
+        if self.sessions is None or self.signed_in(request):
+            return RedirectResponse(target, 303)
+        value = request.cookies.get(auth.CSRF_COOKIE) or auth.new_csrf_value()
+        response = self.render(
+            request, "signin.html", status=status, csrf=value, next=target, message=message
+        )
+        _cookie(request, response, auth.CSRF_COOKIE, value, auth.CSRF_SECONDS)
+        return response
+
+    async def signin(self, request: Request) -> Response:
+        if self.sessions is None:
+            return RedirectResponse("/", 303)
+        if auth.cross_site(request.headers, request.headers.get("host", "")):
+            raise PageError(403, "Refused", "a sign-in from another site is refused")
+        form = await request.form()
+        token = str(form.get("token") or "")
+        csrf = str(form.get("csrf") or "")
+        target = safe_next(str(form.get("next") or "/"))
+        if not auth.same_values(request.cookies.get(auth.CSRF_COOKIE), csrf):
+            raise PageError(
+                403, "Refused", "the sign-in form has expired or did not come from this server",
+                "open the sign-in page again",
+            )  # fmt: skip
+        if not self.sessions.token_matches(token):
+            await anyio.sleep(0.5)  # slows down guessing
+            request.scope["query_string"] = urllib.parse.urlencode({"next": target}).encode()
+            return await self.signin_form(request, "That is not this server's token.", status=401)
+        response = RedirectResponse(target, 303)
+        _cookie(request, response, auth.SESSION_COOKIE, self.sessions.issue(),
+                self.sessions.lifetime)  # fmt: skip
+        response.delete_cookie(auth.CSRF_COOKIE, path="/")
+        return response
+
+    async def signout(self, request: Request) -> Response:
+        if self.sessions is None:
+            return RedirectResponse("/", 303)
+        if auth.cross_site(request.headers, request.headers.get("host", "")):
+            raise PageError(403, "Refused", "a sign-out from another site is refused")
+        form = await request.form()
+        session = request.cookies.get(auth.SESSION_COOKIE)
+        if not self.sessions.csrf_matches(session, str(form.get("csrf") or "")):
+            raise PageError(403, "Refused", "the sign-out form did not come from this page")
+        response = RedirectResponse("/signin", 303)
+        response.delete_cookie(auth.SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+        return response
+
+    async def favicon(self, request: Request) -> Response:
+        return Response((STATIC / "favicon.svg").read_bytes(), media_type="image/svg+xml")
+
+
+def _open_failures(runs: Sequence[Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """``(run, failure)`` of the sources the newest run over each set of paths could not
+    ingest: a later run over the same paths settles an earlier one's failures."""
+    seen: set[tuple[str, ...]] = set()
+    found: list[tuple[Any, dict[str, Any]]] = []
+    for run in runs:  # newest first
+        if run.finished_at is None:
+            continue
+        paths = tuple(sorted(run.paths))
+        if paths in seen:
+            continue
+        seen.add(paths)
+        found.extend((run, failure) for failure in run.failures)
+    return found
+
+
+def _utc(timestamp: float) -> Any:
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+
+
+def _cookie(request: Request, response: Response, name: str, value: str, age: int) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=age,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def secure(response: Response) -> Response:
+    """The security headers every response of the web interface carries."""
+    for key, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(key, value)
+    if response.media_type and response.media_type.startswith("text/html"):
+        response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+class _Static:
+    """The static files with the security headers and a day's caching."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers") or [])
+                for key, value in SECURITY_HEADERS.items():
+                    headers.append((key.lower().encode(), value.encode()))
+                headers.append((b"cache-control", b"public, max-age=3600"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def answer_pieces(answer: Any) -> list[tuple[str, str | None]]:
+    """The answer's text as ``(text, href)`` pieces: each ``[Title]`` of a cited passage becomes
+    a link to that passage in its document (href None: plain text)."""
+    text = str(answer.answer or "")
+    targets: dict[str, str] = {}
+    for passage in answer.citations:
+        targets.setdefault(
+            passage.title.strip().lower(),
+            url(f"/documents/{passage.document_id}", {"chunk": passage.chunk_index},
+                f"chunk-{passage.chunk_index}"),
+        )  # fmt: skip
+    pieces: list[tuple[str, str | None]] = []
+    at = 0
+    for match in re.finditer(r"\[([^\[\]\n]{1,300})\]", text):
+        href = targets.get(match.group(1).strip().lower())
+        if href is None:
+            continue
+        if match.start() > at:
+            pieces.append((text[at : match.start()], None))
+        pieces.append((match.group(0), href))
+        at = match.end()
+    if at < len(text):
+        pieces.append((text[at:], None))
+    return pieces
+
+
+def web_routes(service: Any, *, token: str | None, warm: bool = True) -> list[BaseRoute]:
+    """The web interface's routes for :func:`loader.serve.http.create_app`."""
+    ui = WebUI(service, token=token)
+    if warm:
+        ui.warm()
+    return ui.routes()

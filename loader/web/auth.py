@@ -1,0 +1,105 @@
+"""Signing in to the web interface: the serve token once, then a session cookie.
+
+With a serve token set (``PGKB_SERVE_TOKEN``), the JSON API wants it as a bearer token on every
+request; a browser cannot send one, so the web interface asks for it once in a form
+(``POST /signin``) and answers with a session cookie: ``HttpOnly`` (no script reads it),
+``SameSite=Strict`` (no other site's page makes the browser send it), ``Secure`` when the
+request came over HTTPS, valid for :data:`SESSION_SECONDS`. The token itself is never put in a
+URL, a page or a cookie: the cookie holds an expiry, a random nonce and an HMAC of both under a
+key derived from the token, so changing the token signs every browser out, and a restart does
+not.
+
+Forms that change state (sign in, sign out) carry a CSRF token besides the ``SameSite`` cookie:
+sign-in's is a random value also set as a ``SameSite=Strict`` cookie when the form is served
+(double submit: a page of another site can neither read the cookie nor make the browser send
+it), sign-out's is an HMAC of the session cookie. Both are compared in constant time, and a
+POST whose ``Origin`` (or ``Sec-Fetch-Site``) says it came from another site is refused first.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Mapping
+
+SESSION_COOKIE = "pgkb_session"
+CSRF_COOKIE = "pgkb_csrf"
+SESSION_SECONDS = 12 * 3600
+CSRF_SECONDS = 3600
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+class Sessions:
+    """Session cookies signed with a key derived from the serve token."""
+
+    def __init__(self, token: str, *, lifetime: int = SESSION_SECONDS) -> None:
+        self._token = token.encode()
+        self._key = hmac.new(self._token, b"pgkb web session v1", hashlib.sha256).digest()
+        self.lifetime = lifetime
+
+    def token_matches(self, given: str) -> bool:
+        """Whether ``given`` is the serve token (constant time)."""
+        return hmac.compare_digest(given.strip().encode(), self._token)
+
+    def _sign(self, text: str) -> str:
+        return _b64(hmac.new(self._key, text.encode(), hashlib.sha256).digest())
+
+    def issue(self, now: float | None = None) -> str:
+        """A new session value: ``expiry.nonce.signature``."""
+        expiry = int((now if now is not None else time.time()) + self.lifetime)
+        body = f"{expiry}.{_b64(secrets.token_bytes(16))}"
+        return f"{body}.{self._sign(body)}"
+
+    def valid(self, value: str | None, now: float | None = None) -> bool:
+        """Whether ``value`` is a session this server issued and it has not expired."""
+        if not value or value.count(".") != 2:
+            return False
+        body, _, signature = value.rpartition(".")
+        if not hmac.compare_digest(signature.encode(), self._sign(body).encode()):
+            return False
+        expiry = body.split(".", 1)[0]
+        return expiry.isdigit() and int(expiry) > (now if now is not None else time.time())
+
+    def csrf_for(self, session: str) -> str:
+        """The sign-out form's CSRF token: bound to the session, so no other page can make one."""
+        return self._sign("csrf:" + session)
+
+    def csrf_matches(self, session: str | None, given: str | None) -> bool:
+        if not session or not given:
+            return False
+        return hmac.compare_digest(given.encode(), self.csrf_for(session).encode())
+
+
+def new_csrf_value() -> str:
+    """A random value for the sign-in form's double-submit CSRF check."""
+    return _b64(secrets.token_bytes(24))
+
+
+def same_values(cookie: str | None, field: str | None) -> bool:
+    """The double-submit check: both present and equal (constant time)."""
+    if not cookie or not field:
+        return False
+    return hmac.compare_digest(cookie.encode(), field.encode())
+
+
+def cross_site(headers: Mapping[str, str], host: str) -> bool:
+    """Whether a state-changing request says it came from another site: ``Sec-Fetch-Site`` of
+    ``cross-site``/``same-site``, or an ``Origin`` whose host is not ``host``. Browsers send
+    at least one of them on every form POST; a request with neither (a script, curl) is judged
+    by the CSRF token alone."""
+    fetch_site = headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return True
+    origin = headers.get("origin")
+    if origin is None:
+        return False
+    if origin == "null":
+        return True
+    _, _, rest = origin.partition("://")
+    return rest.rstrip("/").lower() != host.lower()
