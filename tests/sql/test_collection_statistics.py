@@ -231,6 +231,12 @@ def _calls(db: Db) -> list[tuple[str, str, tuple[Any, ...]]]:
         ("search_query", "SELECT * FROM kb.search_query(%s)", (f'"{w}" -layoffs',)),
         ("term_impacts", "SELECT * FROM kb.term_impacts(to_tsvector(%s))", (w,)),
         ("keyword_backend_status", "SELECT kb.keyword_backend_status()", ()),
+        ("document_page", "SELECT document_id, chunk_count, edges_out, total "
+         "FROM kb.document_page(title_words => %s) ORDER BY 1", (w,)),
+        ("document_page", "SELECT document_id, chunk_count, edges_out, edges_in, total "
+         "FROM kb.document_page(page_size => 500) ORDER BY 1", ()),
+        ("document_facets", "SELECT * FROM kb.document_facets() ORDER BY 1, 2", ()),
+        ("ingest_activity", "SELECT count(*) FROM kb.ingest_activity(100)", ()),
     ]  # fmt: skip
 
 
