@@ -44,16 +44,16 @@ from loader.serve.metrics import Metrics, serving
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectSendStream
     from mcp.server.mcpserver import MCPServer
-from loader.serve.service import (
+from loader.serve.arguments import (
     MAX_LIST_LIMIT,
     MAX_NEIGHBOURS,
     MAX_READ_TOKENS,
     MAX_SEARCH_LIMIT,
     MIN_READ_TOKENS,
-    KnowledgeService,
     parse_document_ids,
     surrogate_path,
 )
+from loader.serve.service import KnowledgeService
 
 log = logging.getLogger(__name__)
 
