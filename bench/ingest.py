@@ -126,7 +126,8 @@ def watch(url: str, folder: Path, data_dir: Path, rounds: int) -> dict[str, Any]
             elif data.get("event") == "batch" and data.get("new", 0) + data.get("changed", 0):
                 batches.append(data["seconds"])
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     times: dict[str, list[float]] = {"new file": [], "atomic save": [], "deletion": []}
     try:
         if not first.wait(600):
@@ -155,6 +156,9 @@ def watch(url: str, folder: Path, data_dir: Path, rounds: int) -> dict[str, Any]
     finally:
         process.terminate()
         process.wait(60)
+        reader.join(10)  # the output's end has been read: the pipe can be closed
+        if process.stdout is not None:
+            process.stdout.close()
     stages = sorted({k for b in batches for k in b}, key=lambda k: k == "total")
     return {
         "changes_s": {k: common.spread(v) for k, v in times.items() if v},
