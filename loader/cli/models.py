@@ -446,6 +446,12 @@ def models_tune(
             echo(f"  {mode}: {figures}")
         for finding in compared.findings:
             echo(f"  LOSS {finding}")
+    if report.timings:
+        echo(
+            "time: "
+            + ", ".join(f"{step} {seconds:.0f} s" for step, seconds in report.timings.items()),
+            err=True,
+        )
     echo(f"{report.model}: {report.verdict}")
     if report.activated:
         echo(

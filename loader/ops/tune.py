@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,9 @@ class TuneReport:
     seconds: float | None
     peak_rss_mb: float | None
     reembed: dict[str, Any] | None = None
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Wall-clock seconds of this run's steps: ``pairs`` (with the near-miss searches),
+    ``train`` (0 when the folder held the model), ``reembed``, ``gate``."""
     sets: list[SetComparison] = dataclasses.field(default_factory=list)
     activated: bool = False
     verdict: str = ""
@@ -302,6 +306,15 @@ def tune(
     register and fill the result beside it, gate it on ``question_files`` and activate it
     only when it loses on none of them (or whatever the gate says with ``force_activate``)."""
     tell = say or (lambda _: None)
+    clock = time.monotonic()
+    timings: dict[str, float] = {}
+
+    def lap(step: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        timings[step] = round(now - clock, 1)
+        clock = now
+
     held_questions = [q.question for f in question_files for q in load_questions(f)]
     with connection(settings) as conn:
         base = _base_model(conn)
@@ -327,6 +340,7 @@ def tune(
             found = near_misses(conn, [p.anchor for p in pairs])
         pairs, without_negative = hard_negatives(pairs, passages, found, render, seed=options.seed)
         _enough(pairs, held, without_negative)
+    lap("pairs")
     pairs_digest = digest(pairs)
     identity = {"name": base.name, "dims": base.dims, "config": dict(base.config)}
     request = request_digest(identity, pairs_digest, options)
@@ -378,6 +392,7 @@ def tune(
         trained = True
     else:
         tell(f"{folder} holds this request's tuned model already: not trained again")
+    lap("train")
     training = provenance.get("training") or {}
     report = TuneReport(
         base=base.name,
@@ -407,10 +422,13 @@ def tune(
             )
     filled: ReembedReport = reembed(settings, str(folder), dims=base.dims, progress=progress)
     report.reembed = filled.to_dict()
+    lap("reembed")
     with connection(settings) as conn:
         tuned_model = find_model(conn, str(folder), base.dims)
     tuned_settings = model_settings(settings, tuned_model)
     report.sets = compare_sets(base_settings, tuned_settings, question_files, progress=tell)
+    lap("gate")
+    report.timings = timings
     lost = [s.name for s in report.sets if not s.passed]
     if not question_files:
         report.verdict = "no question set to gate it (--questions FILE)"
