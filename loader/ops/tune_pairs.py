@@ -339,23 +339,23 @@ def hard_negatives(
     heading pair, as the model reads it at search time otherwise). Pairs for which no negative
     is found are dropped (the loss takes one for every pair); their number is returned."""
     by_id = {p.chunk_id: p for p in passages}
-    by_document: dict[str, list[TrainingPassage]] = defaultdict(list)
+    usable: dict[str, list[TrainingPassage]] = defaultdict(list)
     for passage in sorted(passages, key=lambda p: (p.document_id, p.chunk_index)):
-        by_document[passage.document_id].append(passage)
-    positives: dict[str, list[Pair]] = defaultdict(list)
+        if len(_words(passage.content)) >= MIN_PASSAGE_WORDS:
+            usable[passage.document_id].append(passage)
+    positives: dict[str, list[tuple[Pair, str]]] = defaultdict(list)
     for pair in pairs:
-        positives[normalise(pair.anchor)].append(pair)
+        positives[normalise(pair.anchor)].append((pair, normalise(pair.positive)))
 
     def answers(key: str, candidate: TrainingPassage, text: str, *, documents: bool) -> bool:
         """Whether ``candidate`` is (or may be) one of the anchor's positives: its passage, its
         document (``documents``: not for the same document's other sections), or its text."""
         content = normalise(candidate.content)
-        for own in positives[key]:
+        for own, positive in positives[key]:
             if candidate.chunk_id == own.chunk_id or (
                 documents and candidate.document_id == own.document_id
             ):
                 return True
-            positive = normalise(own.positive)
             if content in positive or positive in text:
                 return True
         return False
@@ -371,24 +371,21 @@ def hard_negatives(
         options: list[tuple[str, str]] = []
         own = by_id.get(pair.chunk_id)
         if own is not None and pair.kind != "title":
-            others = [
-                p
-                for p in by_document[own.document_id]
-                if p.heading_path.strip() != own.heading_path.strip()
-                and len(_words(p.content)) >= MIN_PASSAGE_WORDS
-            ]
-            others = [
-                p for p in others if not answers(key, p, normalise(shown(p)), documents=False)
-            ]
-            if others:
-                chosen = others[_pick(seed, f"section:{pair.anchor}", len(others))]
-                options.append(("section", shown(chosen)))
+            path = own.heading_path.strip()
+            others = [p for p in usable[own.document_id] if p.heading_path.strip() != path]
+            while others:  # a seeded pick; one that may answer the anchor is put aside
+                chosen = others.pop(_pick(seed, f"section:{pair.anchor}", len(others)))
+                text = shown(chosen)
+                if not answers(key, chosen, normalise(text), documents=False):
+                    options.append(("section", text))
+                    break
         for chunk_id in near_misses.get(key, ()):
             hit = by_id.get(chunk_id)
             if hit is None or len(_words(hit.content)) < MIN_PASSAGE_WORDS:
                 continue
-            if not answers(key, hit, normalise(shown(hit)), documents=True):
-                options.append(("near-miss", shown(hit)))
+            text = shown(hit)
+            if not answers(key, hit, normalise(text), documents=True):
+                options.append(("near-miss", text))
                 break
         if not options:
             dropped += 1
