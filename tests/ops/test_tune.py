@@ -43,11 +43,15 @@ OPTIONS = TrainOptions(
 def tiny_kb(db_url: str, tmp_path: Path) -> Settings:
     """16 documents of the tiny model's words, each a title and two sections, ingested with a
     tiny local model (the active one)."""
+    return _tiny_kb(db_url, tmp_path, 16)
+
+
+def _tiny_kb(db_url: str, tmp_path: Path, documents: int) -> Settings:
     folder = build_sentence_model(tmp_path / "tiny", max_seq_length=64)
     root = tmp_path / "docs"
     root.mkdir()
     rng = random.Random(7)
-    for i in range(16):
+    for i in range(documents):
         title = " ".join(rng.sample(VOCAB, 2)).title()
         sentences = [" ".join(rng.sample(VOCAB, 8)).capitalize() + "." for _ in range(8)]
         heads = rng.sample(VOCAB, 2)
@@ -326,11 +330,11 @@ def _run_until(
             process.wait()
 
 
-def test_killed_tune_leaves_the_active_model_serving(tiny_kb: Settings, tmp_path: Path) -> None:
+def test_killed_tune_leaves_the_active_model_serving(db_url: str, tmp_path: Path) -> None:
     """A real ``pgkb models tune`` process stopped by Ctrl-C (SIGINT) and killed (SIGKILL) while
     it trains, and killed while it embeds the chunks with the tuned model: every search after
     each answers exactly as before the tune, with the base model's vectors."""
-    settings = tiny_kb
+    settings = _tiny_kb(db_url, tmp_path, 100)  # a re-embedding long enough to be killed in
     base = settings.embedding_model
     env = _env(settings)
     before = _searches(env)
