@@ -37,6 +37,8 @@ every gate set leaves the pairs (and so the tuned model) as they are."""
 PLAIN = PairSources(negatives=False)
 """The gate's test trains on in-batch negatives only: with hard negatives the tiny model moves
 every probe question, and the test needs some it leaves in place."""
+ONE_STEP = TrainOptions(max_steps=1, batch_size=256)
+"""One step over every pair (a bounded tune trains on a seeded sample of steps x batch size)."""
 OPTIONS = TrainOptions(
     seed=0, epochs=3, max_steps=12, batch_size=8, learning_rate=5e-3, max_seq_length=32
 )
@@ -193,11 +195,11 @@ def test_gate_questions_are_held_out_of_the_training_pairs(
         tmp_path / "q.json",
         [{"id": "t", "question": title[0] + "?", "kind": "exact", "sources": ["doc00.md"]}],
     )
-    plain = tune(tiny_kb, PairSources(), OPTIONS.__class__(max_steps=1, batch_size=8))
+    plain = tune(tiny_kb, PairSources(), ONE_STEP)
     held = tune(
         tiny_kb,
         PairSources(),
-        OPTIONS.__class__(max_steps=1, batch_size=8),
+        ONE_STEP,
         question_files=[questions],
     )
     assert plain.held_out == 0
