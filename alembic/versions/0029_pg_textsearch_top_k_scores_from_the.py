@@ -5,7 +5,8 @@ found it (pg_textsearch's bm25_get_current_score(), the extension's schema on th
 the call so its planner hook can hand the scores over) instead of scoring the chunk's text again
 in the select list (about 0.1 ms a row: 2 ms for one collection's top 20, 60 ms for 30
 collections), and builds its statement of nested subqueries instead of CTEs, which the hook does
-not look into. Same rows, ranks and scores.
+not look into. Same rows, ranks and scores. kb.keyword_backend's auto serves calls over at most 8
+collections holding chunks with pg_textsearch (was 2; kb.keyword_backend_status says so).
 
 Revision ID: 0029
 Revises: 0028
@@ -22,7 +23,11 @@ depends_on = None
 
 # The functions this revision changes, applied in this order from the store:
 # alembic/functions/<name>/0029.sql
-FUNCTIONS = ("keyword_search_pg_textsearch",)
+FUNCTIONS = (
+    "keyword_backend",
+    "keyword_backend_status",
+    "keyword_search_pg_textsearch",
+)
 
 
 def upgrade() -> None:
