@@ -8,21 +8,21 @@ collections), and builds its statement of nested subqueries instead of CTEs, whi
 not look into. Same rows, ranks and scores. kb.keyword_backend's auto serves calls over at most 8
 collections holding chunks with pg_textsearch (was 2; kb.keyword_backend_status says so).
 
-Revision ID: 0029
-Revises: 0028
+Revision ID: 0030
+Revises: 0029
 """
 
 from alembic import op
 
 from loader.migration_ops import downgrade_functions, upgrade_functions
 
-revision = "0029"
-down_revision = "0028"
+revision = "0030"
+down_revision = "0029"
 branch_labels = None
 depends_on = None
 
 # The functions this revision changes, applied in this order from the store:
-# alembic/functions/<name>/0029.sql
+# alembic/functions/<name>/0030.sql
 FUNCTIONS = (
     "keyword_backend",
     "keyword_backend_status",
