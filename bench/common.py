@@ -228,6 +228,16 @@ def bench_server(url: str | None) -> str:
         return ensure_server(pgdata, "postgres")
 
 
+def upgrade(url: str) -> None:
+    """The schema at head as ``pgkb db upgrade`` leaves it: with pg_textsearch's bm25 indexes when
+    the server loads it, unless keyword_backend (PGKB_KEYWORD_BACKEND) is sql."""
+    from loader.db.keyword_backend import enable
+    from loader.db.migrations import upgrade as migrate
+
+    migrate(url)
+    enable(url, settings())
+
+
 def database_exists(admin: str, name: str) -> bool:
     with psycopg.connect(admin, autocommit=True) as conn:
         return bool(

@@ -112,7 +112,6 @@ def targets(args: Any) -> list[tuple[str, str, dict[str, Any]]]:
 def ingest_source(admin: str, folder: Path) -> str:
     """The knowledge base of ``folder`` as pgkb ingests it with the configured model, on the
     benchmark server: made on first use, then brought up to date (a no-change re-run)."""
-    from loader.db.migrations import upgrade
     from loader.ingest.pipeline import ingest_paths
 
     if not folder.is_dir():
@@ -124,7 +123,7 @@ def ingest_source(admin: str, folder: Path) -> str:
         common.create_database(admin, name)
         print(f"ingesting {folder} into {name} once (the model embeds every chunk)", flush=True)
     url = common.with_dbname(admin, name)
-    upgrade(url)
+    common.upgrade(url)
     report = ingest_paths(config.replace(database_url=url), [folder], prune=True)
     if report.aborted or report.files_seen == 0:
         raise SystemExit(f"ingesting {folder} into {name}: {report.aborted or 'no documents'}")
@@ -156,18 +155,16 @@ def corpus(admin: str, size: int, material: Material, args: Any) -> tuple[str, d
     """The URL of the corpus of ``size`` chunks of ``material`` and its build figures, built
     when it is not kept from an earlier run (or with --rebuild), upgraded to this checkout's
     schema when it is."""
-    from loader.db.migrations import upgrade
-
     name = f"pgkb_bench_{size}_{material.key}"
     note = common.database_note(admin, name) if common.database_exists(admin, name) else {}
     if note.get("complete") and not args.rebuild:
         url = common.with_dbname(admin, name)
-        upgrade(url)
+        common.upgrade(url)
         return url, {**note["built"], "kept": True}
     print(f"building {name}: {size} chunks", flush=True)
     common.drop_database(admin, name)
     url = common.create_database(admin, name)
-    upgrade(url)
+    common.upgrade(url)
     figures = build(url, size, material, args.maintenance_work_mem)
     common.database_note(admin, name, {"complete": True, "built": figures})
     return url, figures

@@ -169,7 +169,6 @@ def watch(url: str, folder: Path, data_dir: Path, rounds: int) -> dict[str, Any]
 
 
 def run(args: Any) -> dict[str, Any]:
-    from loader.db.migrations import upgrade
     from loader.ingest.pipeline import ingest_paths
     from loader.resources import sample_corpus_dir
 
@@ -184,7 +183,7 @@ def run(args: Any) -> dict[str, Any]:
     try:
         folder = workdir / "corpus"
         shutil.copytree(source, folder)
-        upgrade(url)
+        common.upgrade(url)
         run.postgres(url)
         config = common.settings(database_url=url, data_dir=str(workdir / "data"))
         embedder = HashEmbedder() if args.hash_embedder else None

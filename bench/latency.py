@@ -59,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setup", type=Path, help="SQL file run once in each corpus database")
     parser.add_argument("--prewarm", action="store_true", help="pg_prewarm what searches read")
     parser.add_argument("--plans", action="store_true", help="keep the calls' nested plans")
+    keyword_backends(parser)
+
+
+def keyword_backends(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--keyword-backends", metavar="A,B", help="time hybrid and keyword on each")
 
 
 class Call:
@@ -90,7 +95,11 @@ def calls(args: Any) -> tuple[list[Call], str | None]:
             spec = tomllib.loads(args.calls.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise SystemExit(f"--calls {args.calls}: {exc}") from exc
-    out = [Call(n, s) for n, s in CALLS.items()] if spec.get("defaults", True) else []
+    backends = [b for b in (getattr(args, "keyword_backends", None) or "").split(",") if b]
+    out = [Call(n, s) for n, s in CALLS.items() if not backends or n == "vector"]
+    out = out if spec.get("defaults", True) else []
+    for backend, name in ((b, n) for b in backends for n in ("hybrid", "keyword")):
+        out.append(Call(f"{name}, {backend}", CALLS[name], {"pgkb.keyword_backend": backend}))
     for item in spec.get("call", []):
         if not {"name", "sql"} <= set(item):
             raise SystemExit(f"--calls {args.calls}: every [[call]] needs a name and an sql")

@@ -32,13 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ef-search", default="40,100,200,400", help="values for the recall")
     parser.add_argument("--words", type=int, default=10, help="most frequent words timed")
     parser.add_argument("--prewarm", action="store_true", help="pg_prewarm what searches read")
+    latency.keyword_backends(parser)
     parser.set_defaults(call=[], calls=None, setup=None, plans=False)
 
 
 def run(args: Any) -> dict[str, Any]:
     run = common.Run("scale", args)
     ef_search = [int(e) for e in args.ef_search.split(",")]
-    calls = [latency.Call(name, statement) for name, statement in latency.CALLS.items()]
+    calls = latency.calls(args)[0]
     figures: dict[str, Any] = {"corpora": {}}
     builds, recalls, timings = [], [], []
     for label, url, built in corpus.targets(args):

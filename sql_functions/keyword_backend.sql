@@ -11,8 +11,9 @@
 --                    bm25 index of one of the collections (pgkb db upgrade creates them);
 --   'auto', '' or unset (the default): 'pg_textsearch' when the extension is installed in the
 --                    database, every collection read has a valid bm25 index and the call reads
---                    at most 2 collections holding chunks (each is one index scan with a fixed
---                    cost: past a few the SQL BM25 is faster), else 'sql'.
+--                    at most 8 collections holding chunks (each is one index scan, planned
+--                    beside every other collection's index: at 10,000 chunks, 10 collections
+--                    still beat the SQL BM25 and 100 take 8 times as long), else 'sql'.
 -- Any other value raises PK001. STABLE (reads the catalog and kb.collections).
 CREATE OR REPLACE FUNCTION kb.keyword_backend(collections text[] DEFAULT NULL)
 RETURNS text
@@ -52,13 +53,14 @@ BEGIN
                           AND i.relnamespace = 'kb'::pg_catalog.regnamespace
                           AND x.indisvalid);
     IF setting = 'auto' THEN
-        -- each collection is one index scan, with a fixed cost each: past a few, the SQL BM25
-        -- (one pass over the candidates whatever their collections) is faster
+        -- each collection is one index scan, with a cost that grows with the number of indexes:
+        -- past about ten, the SQL BM25 (one pass over the candidates whatever their
+        -- collections) is faster
         SELECT count(*) INTO searched
           FROM kb.collection_stats s
          WHERE (keyword_backend.collections IS NULL OR s.collection = ANY (keyword_backend.collections))
            AND s.chunk_count > 0;
-        IF searched > 2 THEN
+        IF searched > 8 THEN
             RETURN 'sql';
         END IF;
     END IF;
@@ -76,6 +78,6 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.keyword_backend(text[]) IS
-'The keyword backend serving a call over these collections (NULL: all): sql, or pg_textsearch when pgkb.keyword_backend is pg_textsearch (PK040 if unavailable) or auto (the default) and the extension and every collection''s bm25 index exist and at most 2 non-empty collections are read.';
+'The keyword backend serving a call over these collections (NULL: all): sql, or pg_textsearch when pgkb.keyword_backend is pg_textsearch (PK040 if unavailable) or auto (the default) and the extension and every collection''s bm25 index exist and at most 8 non-empty collections are read.';
 
 REVOKE ALL ON FUNCTION kb.keyword_backend(text[]) FROM PUBLIC;

@@ -57,7 +57,7 @@ BEGIN
             WHEN installed IS NULL THEN
                 'pg_textsearch is loaded but not created in this database: pgkb db upgrade creates it (as a superuser)'
             WHEN n_indexes = n_collections THEN
-                'more than 2 collections with chunks are read at once: the SQL BM25 is faster than an index scan per collection'
+                'more than 8 collections with chunks are read at once: the SQL BM25 is faster than an index scan per collection'
             ELSE format('%s of %s collections have their bm25 index: pgkb db upgrade builds the others',
                         n_indexes, n_collections)
         END;

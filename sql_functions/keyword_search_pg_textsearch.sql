@@ -22,8 +22,10 @@
 -- Then, as kb.keyword_search: chunks holding a -negated word are dropped, only chunks holding
 -- every quoted part (as phrases) and every quoted identifier as a whole word are kept, and the
 -- order is strict matches first (strict_first queries), then chunks holding every identifier as
--- a whole word, then BM25 score (pg_textsearch's, positive), then chunk_id. The words scored are
--- the text's, without its -negated parts, tokenized by the index's configuration. Collections:
+-- a whole word, then BM25 score (pg_textsearch's, positive; a top-k candidate's is the one its
+-- index scan computed, bm25_get_current_score(), not its text scored again), then chunk_id. The
+-- words scored are the text's, without its -negated parts, tokenized by the index's
+-- configuration. Collections:
 -- the filters' (kb.search_filters: the caller's scope); every collection when NULL. Raises PK040
 -- when the extension or a collection's index is missing; otherwise never errors on any
 -- query text. match_count is clamped to 1,000. Collections without chunks
@@ -110,8 +112,10 @@ BEGIN
         -- $1 words, $2 the collection, $3 top_k, $4 GIN query, $5.. the filters; the index's
         -- name and the extension's schema are identifiers, quoted by format
         IF NOT filtered THEN
+            -- the score the index scan computed (the expression in the select list would score
+            -- every row again from its text: about 0.1 ms a row)
             parts := parts || format(
-                '(SELECT c.id, (c.heading_path || '' '' || c.content) OPERATOR(%1$I.<@>) %1$I.to_bm25query($1, %2$L) AS s'
+                '(SELECT c.id, %1$I.bm25_get_current_score() AS s'
                 '   FROM kb.chunks c WHERE c.collection = %3$L'
                 '  ORDER BY (c.heading_path || '' '' || c.content) OPERATOR(%1$I.<@>) %1$I.to_bm25query($1, %2$L)'
                 '  LIMIT $3)',
@@ -137,28 +141,36 @@ BEGIN
     IF cardinality(parts) = 0 THEN
         RETURN;
     END IF;
+    -- pg_textsearch's planner hook, which hands each top-k scan's scores over instead of
+    -- computing them again, looks its accessor (bm25_get_current_score) up by name on the search
+    -- path: the extension's schema goes there for this call, after pg_catalog (restored at the
+    -- function's exit; every name of the statement is pg_catalog's or schema-qualified)
+    PERFORM pg_catalog.set_config('search_path',
+                                  'pg_catalog, ' || pg_catalog.quote_ident(ext) || ', pg_temp', true);
+    -- nested subqueries, not WITH: pg_textsearch's planner hook, which lets an index scan hand
+    -- over the scores it computed, does not look into a CTE that is not inlined (and a volatile
+    -- bm25_get_current_score() keeps a CTE from being inlined)
     statement := format(
-        'WITH cands AS (SELECT DISTINCT ON (u.id) u.id, -u.s AS score FROM (%s) u ORDER BY u.id),'
-        ' scored AS ('
-        '   SELECT y.id, y.score,'
-        '          ($10 AND c.tsv @@ $11) AS strict,'
-        '          ($12::text[] IS NOT NULL AND NOT EXISTS ('
-        '               SELECT 1 FROM unnest($12::text[]) AS i'
-        '                WHERE NOT (c.heading_path || '' '' || c.content) ~* (''\m'' || i || ''\M''))) AS exact'
-        '     FROM cands y JOIN kb.chunks c ON c.id = y.id'
-        '    WHERE y.score > 0'
-        '      AND ($13::tsquery IS NULL OR NOT c.tsv @@ $13)'
-        '      AND ($14::tsquery IS NULL OR c.tsv @@ $14)'
-        '      AND ($15::text[] IS NULL OR NOT EXISTS ('
-        '               SELECT 1 FROM unnest($15::text[]) AS i'
-        '                WHERE NOT (c.heading_path || '' '' || c.content) ~* (''\m'' || i || ''\M'')))),'
-        ' ranked AS ('
-        '   SELECT s.id, s.score, row_number() OVER (ORDER BY s.strict DESC, s.exact DESC, s.score DESC, s.id)::integer AS rank'
-        '     FROM scored s ORDER BY s.strict DESC, s.exact DESC, s.score DESC, s.id LIMIT $16)'
-        ' SELECT c.id, c.document_id, d.title, d.source_uri, c.chunk_index, c.heading_path, c.content,'
-        '        r.rank, r.score, coalesce(c.tsv @@ $11, false)'
-        '   FROM ranked r JOIN kb.chunks c ON c.id = r.id JOIN kb.documents d ON d.id = c.document_id'
-        '  ORDER BY r.rank',
+        'SELECT c.id, c.document_id, d.title, d.source_uri, c.chunk_index, c.heading_path, c.content,'
+        '       r.rank, r.score, coalesce(c.tsv @@ $11, false)'
+        '  FROM (SELECT s.id, s.score,'
+        '               row_number() OVER (ORDER BY s.strict DESC, s.exact DESC, s.score DESC, s.id)::integer AS rank'
+        '          FROM (SELECT y.id, y.score,'
+        '                       ($10 AND c.tsv @@ $11) AS strict,'
+        '                       ($12::text[] IS NOT NULL AND NOT EXISTS ('
+        '                            SELECT 1 FROM unnest($12::text[]) AS i'
+        '                             WHERE NOT (c.heading_path || '' '' || c.content) ~* (''\m'' || i || ''\M''))) AS exact'
+        '                  FROM (SELECT DISTINCT ON (u.id) u.id, -u.s AS score FROM (%s) u ORDER BY u.id) y'
+        '                  JOIN kb.chunks c ON c.id = y.id'
+        '                 WHERE y.score > 0'
+        '                   AND ($13::tsquery IS NULL OR NOT c.tsv @@ $13)'
+        '                   AND ($14::tsquery IS NULL OR c.tsv @@ $14)'
+        '                   AND ($15::text[] IS NULL OR NOT EXISTS ('
+        '                            SELECT 1 FROM unnest($15::text[]) AS i'
+        '                             WHERE NOT (c.heading_path || '' '' || c.content) ~* (''\m'' || i || ''\M'')))) s'
+        '         ORDER BY s.strict DESC, s.exact DESC, s.score DESC, s.id LIMIT $16) r'
+        '  JOIN kb.chunks c ON c.id = r.id JOIN kb.documents d ON d.id = c.document_id'
+        ' ORDER BY r.rank',
         array_to_string(parts, ' UNION ALL '));
     RETURN QUERY EXECUTE statement
         USING words, NULL::text, top_k, gin_query, document_ids, f.category, f.metadata,

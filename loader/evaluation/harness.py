@@ -28,7 +28,7 @@ from psycopg import sql
 
 from loader.answer.abstention import AbstentionRule, load_rule, save_rule
 from loader.answer.abstention.profile import ensure_profile
-from loader.db import queries
+from loader.db import keyword_backend, queries
 from loader.db.connect import connect, database_url
 from loader.db.migrations import current_revision, upgrade
 from loader.db.session import connection
@@ -410,7 +410,8 @@ def _with_dbname(url: str, dbname: str) -> str:
 
 
 def ensure_beir_database(settings: Settings, name: str, progress: Progress) -> str:
-    """The URL of database ``name`` on the configured server, created and migrated if needed."""
+    """The URL of database ``name`` on the configured server, created and migrated if needed,
+    with the pg_textsearch keyword backend where the server loads it (as ``pgkb db upgrade``)."""
     base = database_url(settings)
     admin = connect(base, autocommit=True, register=False)
     try:
@@ -428,6 +429,7 @@ def ensure_beir_database(settings: Settings, name: str, progress: Progress) -> s
         admin.close()
     url = _with_dbname(base, name)
     upgrade(url)
+    progress(f"keyword backend: {keyword_backend.enable(url, settings)}")
     return url
 
 

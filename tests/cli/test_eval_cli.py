@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from loader.cli import cli
+from tests.helpers import with_dbname
 
 DOCS = {
     "vacuum.md": "# Vacuum\n\nVACUUM reclaims storage occupied by dead tuples. Autovacuum runs it "
@@ -136,6 +137,15 @@ def test_eval_beir_uses_its_own_database(
         # both claims find their abstract first (recall@5 would be 1.0 for any order)
         assert report["retrievers"]["hybrid"]["overall"]["mrr@10"] == 1.0
         assert [row["hybrid"]["ranks"] for row in report["per_query"]] == [{"d0": 1}, {"d1": 1}]
+        # its database is made as pgkb db upgrade makes one: with the pg_textsearch keyword
+        # backend where the server loads it (the SQL BM25 otherwise), and says which serves
+        with psycopg.connect(with_dbname(pg_url, database)) as beir:
+            loaded = beir.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_settings WHERE name LIKE 'pg\\_textsearch.%')"
+            ).fetchone()
+            serving = beir.execute("SELECT kb.keyword_backend()").fetchone()
+        assert serving == (("pg_textsearch",) if loaded and loaded[0] else ("sql",))
+        assert f"keyword backend: {serving[0] if serving else '?'} (" in result.stderr
         # the user's knowledge base got nothing
         with psycopg.connect(db_url) as conn:
             count = conn.execute("SELECT count(*) FROM kb.documents").fetchone()

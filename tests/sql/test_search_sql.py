@@ -15,7 +15,18 @@ import pytest
 from pgvector import Vector
 
 from loader.errors import SqlState
-from tests.helpers import CHUNKS, D1, D2, D3, Corpus, load_golden, raises_code, rows
+from tests.helpers import (
+    CHUNKS,
+    D1,
+    D2,
+    D3,
+    Corpus,
+    load_golden,
+    raises_code,
+    rows,
+    skip_without_pg_textsearch,
+    use_pg_textsearch,
+)
 
 
 @pytest.fixture
@@ -155,6 +166,33 @@ def test_phrase_beats_scattered_words(conn: psycopg.Connection[Any], golden: Cor
 def test_negated_words_exclude_chunks(conn: psycopg.Connection[Any], golden: Corpus) -> None:
     got = rows(conn, "SELECT chunk_id FROM kb.keyword_search('memory -maintenance')")
     assert [r["chunk_id"] for r in got] == [golden.ids[3]]
+
+
+def test_pg_textsearch_scores_are_the_index_s_own_whatever_the_search_path(
+    conn: psycopg.Connection[Any], golden: Corpus, pg_url: str
+) -> None:
+    # each top-k candidate's score is the one its index scan computed (not its text scored
+    # again): the same as scoring the chunk alone against its collection's index; and the call
+    # works in a session whose search_path lacks the extension's schema (pg_textsearch's planner
+    # hook looks its score accessor up by name)
+    skip_without_pg_textsearch(pg_url)
+    use_pg_textsearch(conn)
+    conn.execute("SET pgkb.keyword_backend = 'pg_textsearch'")
+    conn.execute("SET search_path = pg_catalog")
+    query = "vacuum dead tuples memory"
+    got = rows(conn, "SELECT chunk_id, score FROM kb.keyword_search(%s, 10)", (query,))
+    assert len(got) >= 3
+    conn.execute("SET search_path = public, pg_catalog")
+    index = "kb." + conn.execute("SELECT kb.keyword_index_name('default')").fetchone()[0]
+    alone = dict(
+        conn.execute(
+            "SELECT id, -((heading_path || ' ' || content) <@> to_bm25query(%s, %s))"
+            " FROM kb.chunks WHERE id = ANY(%s)",
+            (query, index, [r["chunk_id"] for r in got]),
+        ).fetchall()
+    )
+    assert {r["chunk_id"]: pytest.approx(r["score"], rel=1e-5) for r in got} == alone
+    assert [r["score"] for r in got] == sorted((r["score"] for r in got), reverse=True)
 
 
 def test_max_postings_bounds_which_words_find_candidates(
