@@ -82,12 +82,15 @@ class Pages:
 
     wants_page: Callable[[str, str], bool]
     """Whether a request for this path with this ``Accept`` header is a browser's: it needs no
-    bearer token (the pages check their own session cookie; other paths are not found) and gets
-    the Guard's refusals as pages."""
+    bearer token (the pages check their own session cookie; other paths are not found), unless
+    the path is one of :attr:`api_paths`, and gets the Guard's refusals as pages."""
     error_page: Callable[[int, str], Response]
     """A refusal (status, message) as an HTML page."""
     form_paths: frozenset[str] = frozenset()
     """Paths whose POST may carry ``application/x-www-form-urlencoded`` instead of JSON."""
+    api_paths: frozenset[str] = frozenset()
+    """The JSON API's routes (``/metrics`` among them): they need the bearer token whatever the
+    ``Accept`` header says, so a browser's ``text/html`` is no way around it."""
 
 
 def error(
@@ -169,7 +172,8 @@ class Guard:
             await self._refuse(scope, receive, send, 421, refusal, "misdirected_request")
             return
         path = scope.get("path", "")
-        page = self._is_page(scope)  # a browser's: pages check their session, others are 404
+        # a browser's: pages check their session, others are 404; never an API route
+        page = self._is_page(scope) and self.pages is not None and path not in self.pages.api_paths
         if self.token and path not in OPEN_PATHS and not page and not self._authorised(headers):
             response = error(401, "missing or wrong bearer token", "authentication_error")
             response.headers["WWW-Authenticate"] = "Bearer"

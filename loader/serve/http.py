@@ -316,7 +316,9 @@ def create_app(
         body_timeout=body_timeout,
         allowed_hosts=allowed_hosts,
         bound=bound,
-        pages=Pages(wants_page, error_page, FORM_PATHS) if web else None,
+        pages=Pages(wants_page, error_page, FORM_PATHS, frozenset(r.path for r in routes))
+        if web
+        else None,
     )
     return RequestMetrics(guarded, metrics, [r.path for r in routes])
 

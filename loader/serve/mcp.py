@@ -29,16 +29,19 @@ import json
 import logging
 import sys
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
 from pydantic import BaseModel, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
 
 from loader.errors import PgkbError
 from loader.graph.relations import RELATION_TYPES
+from loader.serve.guard import LOCAL_NAMES, error, host_name
 from loader.serve.metrics import Metrics, serving
 
 if TYPE_CHECKING:
@@ -666,8 +669,29 @@ def run(
     metrics = Metrics()
     metrics.model_loaded(service.model_name, service.model_load_seconds)
     server = build_server(service, metrics)
-    server.custom_route("/metrics", methods=["GET"])(metrics.endpoint)
+    server.custom_route("/metrics", methods=["GET"])(metrics_endpoint(metrics, host))
     try:
         server.run("streamable-http", host=host, port=port)
     finally:
         metrics.close()
+
+
+def metrics_endpoint(metrics: Metrics, host: str) -> Callable[[Request], Awaitable[Response]]:
+    """``GET /metrics`` beside ``/mcp``, with the ``Host`` check the SDK gives ``/mcp`` on a
+    localhost address (421 for another name: a web page rebinding its name to 127.0.0.1 reads
+    nothing); bound elsewhere, like ``/mcp``, it takes any name."""
+    if host_name(host) not in LOCAL_NAMES:
+        return metrics.endpoint
+
+    async def endpoint(request: Request) -> Response:
+        given = request.headers.get("host", "")
+        if host_name(given) not in LOCAL_NAMES:
+            return error(
+                421,
+                f"the Host header ({given[:100]!r}) does not name this server; use "
+                "127.0.0.1, localhost or [::1]",
+                "misdirected_request",
+            )
+        return await metrics.endpoint(request)
+
+    return endpoint
