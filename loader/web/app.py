@@ -51,6 +51,7 @@ from loader.errors import DatabaseError, PgkbError
 from loader.filters import SearchFilters
 from loader.graph.catalogue import DocumentNotFound, show_document
 from loader.ops.doctor import run_checks
+from loader.serve.streaming import ClientGone
 from loader.web import auth, reads
 from loader.web.graph_svg import layout
 
@@ -627,14 +628,22 @@ class WebUI:
         if not form["q"]:
             return secure(Response("the question is empty", status_code=400))
         pieces: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        gone = threading.Event()  # the client went away: stop the answer at its next piece
+
+        def on_text(text: str) -> None:
+            if gone.is_set():
+                raise ClientGone()
+            pieces.put(("text", text))
 
         def work() -> None:
             try:
-                answer = self._answer(form, lambda text: pieces.put(("text", text)))
+                answer = self._answer(form, on_text)
                 html = self.env.get_template("_answer.html").render(
                     answer=answer, pieces=answer_pieces(answer)
                 )
                 pieces.put(("done", html))
+            except ClientGone:
+                log.debug("the web interface's answer stopped: its client went away")
             except PgkbError as exc:
                 pieces.put(("failed", exc.message + (f" ({exc.hint})" if exc.hint else "")))
             except Exception:
@@ -646,13 +655,16 @@ class WebUI:
         async def events() -> AsyncIterator[bytes]:
             thread = threading.Thread(target=work, name="pgkb-web-ask", daemon=True)
             thread.start()
-            yield b": answering\n\n"
-            while True:
-                item = await anyio.to_thread.run_sync(pieces.get)
-                if item is None:
-                    break
-                kind, data = item
-                yield f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+            try:
+                yield b": answering\n\n"
+                while True:
+                    item = await anyio.to_thread.run_sync(pieces.get)
+                    if item is None:
+                        break
+                    kind, data = item
+                    yield f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+            finally:  # ended, or cancelled because the client disconnected
+                gone.set()
 
         response = StreamingResponse(events(), media_type="text/event-stream")
         response.headers["Cache-Control"] = "no-store"

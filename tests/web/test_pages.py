@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from tests.fake_openai import Reply, chat_reply
+from tests.processes import wait_until
 from tests.web.conftest import HOSTILE_TITLE, TOKEN, WebKb
 
 pytestmark = pytest.mark.model
@@ -169,6 +171,29 @@ def test_ask_streams_the_model_s_text_then_the_checked_answer(
     assert 'class="citation"' in done and web_kb.ids["equipment.md"] in done
     request = web_kb.fake.requests_to("/v1/chat/completions")[-1]
     assert request.body["stream"] is True
+
+
+def test_a_client_that_leaves_the_stream_stops_its_answer(
+    client: httpx.Client, web_kb: WebKb
+) -> None:
+    """The answer's work stops at the model's next piece once its client went away: a page
+    closed mid-answer holds no model call, thread or database connection past the concurrency
+    limit (before, the work ran to its end, about a minute here, after its slot was freed)."""
+    words = "Every employee may spend up to 600 EUR on home office furniture. " * 25
+    reply = chat_reply(words + "[Home office equipment budget]")  # 1,600+ characters: 200 pieces
+    web_kb.fake.script("/v1/chat/completions", Reply(reply.body, trickle=0.3))
+
+    def answering() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "pgkb-web-ask" and t.is_alive()]
+
+    question = "Who covers the cost of furniture for my home workspace?"
+    with client.stream("GET", "/ask/stream", params={"q": question}) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("event: text"):
+                break  # the model is writing: leave
+        assert answering(), "the answer's work runs"
+    wait_until(lambda: not answering(), "the answer's work stopped after its client left", 20)
 
 
 def test_status(client: httpx.Client) -> None:
