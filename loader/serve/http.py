@@ -354,6 +354,7 @@ def run(
         host=host,
         port=port,
         header_timeout=limits.header_timeout,
+        write_timeout=limits.write_timeout,
         max_connections=limits.max_connections,
         log_level=log_level,
     )
