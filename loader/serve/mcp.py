@@ -567,13 +567,24 @@ def refusal(line: str) -> dict[str, Any] | None:
 
     try:
         jsonrpc_message_adapter.validate_json(line, by_name=False)
-        return None
+        readable = True
     except ValidationError:
-        pass
+        readable = False
     try:
         value = json.loads(line)
     except (ValueError, RecursionError):
         return _error(None, PARSE_ERROR, "Parse error: the line is not JSON")
+    if isinstance(value, dict) and "method" in value and "id" in value:
+        ident = value["id"]
+        if not isinstance(ident, int | str) or isinstance(ident, bool):
+            # read as a notification (an extra "id" field), it would get no answer at all
+            return _error(
+                None,
+                INVALID_REQUEST,
+                f"Invalid Request: id must be a string or an integer (got {_shown(ident)})",
+            )
+    if readable:
+        return None
     if isinstance(value, list):
         return _error(
             None,

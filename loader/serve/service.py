@@ -338,7 +338,26 @@ class KnowledgeService:
             raise privilege_error(exc, self.url) from None
         except psycopg.Error as exc:
             message = (exc.diag.message_primary or str(exc)).strip()
-            raise BadRequest(message, hint=exc.diag.message_hint) from None
+            hint = exc.diag.message_hint
+            if exc.sqlstate == SqlState.COLLECTION_NOT_READABLE:
+                hint = self._collections_hint()
+            raise BadRequest(message, hint=hint) from None
+        except PgkbError as exc:  # raised by the call's own code from the database's error
+            if exc.sqlstate != SqlState.COLLECTION_NOT_READABLE:
+                raise
+            raise BadRequest(exc.message, hint=self._collections_hint()) from None
+
+    def _collections_hint(self) -> str:
+        """What a client asking for a collection it may not read can do, in its own terms (an
+        agent or a service runs no command line): the collections it may ask for."""
+        try:
+            names = self.readable_collections()
+        except PgkbError:
+            names = []
+        return (
+            f"the collections this server may read: {', '.join(names) or 'none'}; name one of "
+            "them, or leave collections out"
+        )
 
     def _scope(self, category: str | None) -> str | None:
         asked = category.strip() if isinstance(category, str) and category.strip() else None
@@ -457,7 +476,9 @@ class KnowledgeService:
             except ModelMismatchError:
                 raise
             except PgkbError as exc:
-                raise BadRequest(exc.message, hint=exc.hint) from None
+                refused = BadRequest(exc.message, hint=exc.hint)
+                refused.sqlstate = exc.sqlstate  # connection() words a collection's refusal
+                raise refused from None
         result: dict[str, Any] = {
             "query": text,
             "mode": mode,
