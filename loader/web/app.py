@@ -715,12 +715,15 @@ class WebUI:
     def status(self, request: Request) -> tuple[str, dict[str, Any]]:
         recheck = request.query_params.get("recheck") == "1"
         filters = {"category": self.service.category} if self.service.category else {}
+        settings = self.service.settings
+        served = settings.collection_names()
         with self.service.connection() as conn:
             stats = reads.kb_stats(conn, filters)
             collections = reads.collections(conn)
             runs = reads.ingest_activity(conn, 10)
+        if served:  # a role that reads more (the owner) serving some: the others are not shown
+            collections = [c for c in collections if c["name"] in served]
         doctor = self._doctor_checks(recheck)
-        settings = self.service.settings
         return "status.html", {
             "section": "status",
             "stats": stats,
@@ -732,7 +735,7 @@ class WebUI:
             "dims": self.service.embedder.dims,
             "chat_model": settings.chat_model if self.service.chat is not None else None,
             "revision": self.service.schema_revision,
-            "served": settings.collection_names(),
+            "served": served,
             "category": self.service.category,
         }
 

@@ -289,6 +289,25 @@ def test_a_scoped_role_sees_nothing_of_another_collection(
         _scoped(client, web_kb)
 
 
+def test_the_owner_serving_one_collection_shows_no_other(web_kb: WebKb) -> None:
+    """``pgkb serve --collection handbook`` run as a role that reads every collection (the
+    owner): its pages show handbook only. The status page listed every collection the role may
+    read, with its documents and chunks (the word-presence oracle saw engineering's counts
+    change with its content)."""
+    from tests.web.conftest import _serve
+
+    served = _serve(web_kb.settings.replace(collections="handbook"), None)
+    base = next(served)
+    try:
+        client = httpx.Client(base_url=base, timeout=60)
+        status = _ok(client.get("/status"))
+        assert "handbook" in status and "engineering" not in status, status
+        _scoped(client, web_kb)
+        client.close()
+    finally:
+        served.close()
+
+
 def _scoped(client: httpx.Client, web_kb: WebKb) -> None:
     listing = _ok(client.get("/"))
     assert "Parental leave" in listing and "CREATE INDEX" not in listing
