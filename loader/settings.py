@@ -12,7 +12,6 @@ field names below, at the top level (``chunk_tokens = 200``).
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import tomllib
 import types
@@ -21,13 +20,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from loader import settings_checks
 from loader.errors import ConfigError
-from loader.filters import SearchFilters, check_collection
+from loader.filters import SearchFilters
 from loader.safety import echo
+from loader.settings_checks import DEFAULT_CHUNK_TOKENS as DEFAULT_CHUNK_TOKENS
+from loader.settings_checks import PG_INT_MAX as PG_INT_MAX
 
 ENV_PREFIX = "PGKB_"
-DEFAULT_CHUNK_TOKENS = 200
-"""``chunk_tokens`` when unset (less when the embedding model reads less)."""
 CONFIG_FILE_NAME = "pgkb.toml"
 
 
@@ -41,10 +41,6 @@ def _user_config_file() -> Path:
     import platformdirs
 
     return platformdirs.user_config_path("pgkb") / CONFIG_FILE_NAME
-
-
-PG_INT_MAX = 2_147_483_647
-"""The largest PostgreSQL ``integer``: integer settings reach SQL functions as that type."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,56 +288,15 @@ class Settings:
 
     def filters(self) -> SearchFilters:
         """``search_filters``, parsed (empty when unset)."""
-        return SearchFilters.parse(self.search_filters, where="setting search_filters")
+        return settings_checks.parse_filters(self.search_filters)
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied (``None`` values are ignored)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
-    def _number_problems(self) -> list[str]:
-        """Every number must be finite (NaN passes every ``< 0`` test and makes every score NaN)
-        and every integer must fit a PostgreSQL ``integer``, which the database is given."""
-        problems = []
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, bool):
-                continue
-            if isinstance(value, float) and not math.isfinite(value):
-                problems.append(f"{field.name} must be a finite number, got {value}")
-            elif isinstance(value, int) and not -PG_INT_MAX - 1 <= value <= PG_INT_MAX:
-                problems.append(
-                    f"{field.name} must be at most {PG_INT_MAX:,} in size (a PostgreSQL "
-                    f"integer), got {value}"
-                )
-        return problems
-
     @property
     def pgdata(self) -> Path:
         return self.data_dir / "pgdata"
-
-    def _token_problems(self) -> list[str]:
-        """A bearer token travels in an HTTP header: surrounding whitespace is stripped by every
-        client and server, and only visible ASCII is sent as it is; such a token could never
-        authenticate. (The token itself is never shown.)"""
-        token = self.serve_token
-        if token is None:
-            return []
-        if not token.strip():
-            return ["serve_token is empty or only whitespace: set a real token, or unset it"]
-        if token != token.strip():
-            return [
-                "serve_token starts or ends with whitespace (a newline from a file?); no "
-                "client can send it: strip it"
-            ]
-        bad = next((i for i, c in enumerate(token) if not "!" <= c <= "~"), None)
-        if bad is not None:
-            return [
-                f"serve_token has a character that is not visible ASCII (at position {bad + 1}: "
-                "a space, a control or a non-ASCII character), which an HTTP header cannot "
-                "carry as it is; use letters, digits and punctuation, e.g. "
-                "`openssl rand -hex 24`"
-            ]
-        return []
 
     def allowed_hosts(self) -> tuple[str, ...]:
         """``serve_allowed_hosts``, split (empty when unset)."""
@@ -350,136 +305,12 @@ class Settings:
 
     def collection_names(self) -> tuple[str, ...]:
         """``collections``, split and checked (empty when unset)."""
-        names = [n.strip() for n in (self.collections or "").split(",") if n.strip()]
-        return tuple(dict.fromkeys(check_collection(n, where="setting collections") for n in names))
+        return settings_checks.collection_names(self.collections)
 
     def validate(self) -> Settings:
-        problems = self._number_problems()
-        if self.serve_timeout <= 0:
-            problems.append(f"serve_timeout must be positive, got {self.serve_timeout}")
-        if self.serve_url is not None and not self.serve_url.startswith(("http://", "https://")):
-            problems.append(
-                f"serve_url must be an http:// or https:// URL of a pgkb serve, got "
-                f"{self.serve_url!r}"
-            )
-        if self.embedding_dims < 1:
-            problems.append(f"embedding_dims must be positive, got {self.embedding_dims}")
-        if self.chunk_tokens is not None and self.chunk_tokens < 16:
-            problems.append(f"chunk_tokens must be at least 16, got {self.chunk_tokens}")
-        chunk_tokens = self.chunk_tokens or DEFAULT_CHUNK_TOKENS
-        if not 0 <= self.chunk_overlap < chunk_tokens:
-            problems.append(
-                f"chunk_overlap must be >= 0 and below chunk_tokens ({chunk_tokens}), "
-                f"got {self.chunk_overlap}"
-            )
-        if self.embedding_max_input_tokens is not None and self.embedding_max_input_tokens < 1:
-            problems.append(
-                "embedding_max_input_tokens must be positive, got "
-                f"{self.embedding_max_input_tokens}"
-            )
-        if self.rerank_provider != "off" and not self.rerank_model:
-            problems.append(
-                f"rerank_provider is {self.rerank_provider!r} but no rerank_model is set "
-                "(PGKB_RERANK_MODEL)"
-            )
-        if self.rerank_provider == "api" and not self.rerank_base_url:
-            problems.append(
-                "rerank_provider is 'api' but no rerank_base_url is set (PGKB_RERANK_BASE_URL)"
-            )
-        if not 1 <= self.rerank_candidates <= 1000:
-            problems.append(
-                f"rerank_candidates must be between 1 and 1000, got {self.rerank_candidates}"
-            )
-        if self.rerank_timeout <= 0:
-            problems.append(f"rerank_timeout must be positive, got {self.rerank_timeout}")
-        if self.rerank_max_retries < 0:
-            problems.append(f"rerank_max_retries must be >= 0, got {self.rerank_max_retries}")
-        for name in ("vector_candidates", "keyword_candidates", "rrf_k", "match_count"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("vector_weight", "keyword_weight", "exact_keyword_weight"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not 0 <= self.keyword_confidence <= 100:
-            problems.append(
-                f"keyword_confidence must be between 0 and 100, got {self.keyword_confidence}"
-            )
-        if not 0 <= self.lead_slot <= 1000:
-            problems.append(f"lead_slot must be between 0 and 1000, got {self.lead_slot}")
-        if self.max_per_document is not None and self.max_per_document < 1:
-            problems.append(f"max_per_document must be at least 1, got {self.max_per_document}")
-        if self.chat_timeout <= 0:
-            problems.append(f"chat_timeout must be positive, got {self.chat_timeout}")
-        if self.chat_deadline <= 0:
-            problems.append(f"chat_deadline must be positive, got {self.chat_deadline}")
-        if self.chat_max_retries < 0:
-            problems.append(f"chat_max_retries must be >= 0, got {self.chat_max_retries}")
-        if self.chat_context_tokens < 1024:
-            problems.append(
-                f"chat_context_tokens must be at least 1024, got {self.chat_context_tokens}"
-            )
-        if not 1 <= self.agent_max_steps <= 20:
-            problems.append(f"agent_max_steps must be between 1 and 20, got {self.agent_max_steps}")
-        if self.embedding_batch_size < 1:
-            problems.append(
-                f"embedding_batch_size must be at least 1, got {self.embedding_batch_size}"
-            )
-        if self.embedding_max_retries < 0:
-            problems.append(f"embedding_max_retries must be >= 0, got {self.embedding_max_retries}")
-        if self.embedding_timeout <= 0:
-            problems.append(f"embedding_timeout must be positive, got {self.embedding_timeout}")
-        try:
-            self.filters()
-        except ConfigError as exc:
-            problems.append(exc.message)
-        if self.hnsw_m is not None and not 2 <= self.hnsw_m <= 100:
-            problems.append(f"hnsw_m must be between 2 and 100, got {self.hnsw_m}")
-        if self.hnsw_ef_construction is not None and not (
-            max(4, 2 * (self.hnsw_m or 16)) <= self.hnsw_ef_construction <= 1000
-        ):
-            problems.append(
-                "hnsw_ef_construction must be between 2 * hnsw_m and 1000, "
-                f"got {self.hnsw_ef_construction}"
-            )
-        if self.hnsw_ef_search is not None and not 1 <= self.hnsw_ef_search <= 1000:
-            problems.append(f"hnsw_ef_search must be between 1 and 1000, got {self.hnsw_ef_search}")
-        if self.hnsw_bulk_threshold < 0:
-            problems.append(
-                "hnsw_bulk_threshold must be 0 (always maintain the HNSW index row by row) or "
-                f"a positive number of embeddings, got {self.hnsw_bulk_threshold}"
-            )
-        if not 0 <= self.stale_days <= 36500:
-            problems.append(f"stale_days must be from 0 (never) to 36500, got {self.stale_days}")
-        if self.max_file_mb <= 0:
-            problems.append(f"max_file_mb must be positive, got {self.max_file_mb}")
-        if self.max_text_mb <= 0:
-            problems.append(f"max_text_mb must be positive, got {self.max_text_mb}")
-        if self.extract_timeout <= 0:
-            problems.append(f"extract_timeout must be positive, got {self.extract_timeout}")
-        if self.extract_memory_mb < 200:
-            problems.append(
-                "extract_memory_mb must be at least 200 (the parsers need about 100 MB), "
-                f"got {self.extract_memory_mb}"
-            )
-        if self.web_timeout <= 0:
-            problems.append(f"web_timeout must be positive, got {self.web_timeout}")
-        if self.web_max_pages < 1:
-            problems.append(f"web_max_pages must be at least 1, got {self.web_max_pages}")
-        if not self.web_user_agent.strip():
-            problems.append("web_user_agent must not be empty")
-        if not 0 <= self.prune_max_fraction <= 1:
-            problems.append(
-                f"prune_max_fraction must be between 0 and 1, got {self.prune_max_fraction}"
-            )
-        if self.embedding_provider not in ("local", "openai"):
-            problems.append(
-                f"embedding_provider must be 'local' or 'openai', got {self.embedding_provider!r}"
-            )
-        try:
-            self.collection_names()
-        except ConfigError as exc:
-            problems.append(exc.message)
-        problems += self._token_problems()
+        """These settings, checked (:func:`loader.settings_checks.problems_of`); every invalid
+        value is named in one :class:`ConfigError`."""
+        problems = settings_checks.problems_of(self)
         if problems:
             raise ConfigError("invalid configuration: " + "; ".join(problems))
         return self

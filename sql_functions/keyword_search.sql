@@ -161,40 +161,45 @@ BEGIN
     IF q.any_query IS NULL THEN
         RETURN;
     END IF;
-    -- the statistics of the collections searched (all of them when nothing narrows the call)
-    SELECT greatest(coalesce(sum(s.chunk_count), 0), 1)::double precision,
-           greatest(coalesce(sum(s.total_lexemes), 0), 1)::double precision
-      INTO n_chunks, avgdl
-      FROM kb.collection_stats s
-     WHERE f.collections IS NULL OR s.collection = ANY (f.collections);
-    avgdl := avgdl / n_chunks;
-    -- each positive lexeme's df and idf, and which way its chunks are found: the rarest through
-    -- the GIN index, all their chunks candidates (whole); the next ones held by at most 1,000
-    -- chunks, while they fit four times max_postings, weigh in the choice of the others
-    -- (weigh); the common ones from their impact-ordered postings (listed)
-    SELECT array_agg(t.idf ORDER BY t.ord),
-           array_agg(('''' || replace(replace(t.lexeme, '\', '\\'), '''', '''''') || '''')::tsquery
-                     ORDER BY t.ord),
-           string_agg('''' || replace(replace(t.lexeme, '\', '\\'), '''', '''''') || '''', ' | ')
-               FILTER (WHERE t.whole),
-           array_agg(t.lexeme ORDER BY t.ord) FILTER (WHERE NOT t.whole AND t.df > 0 AND t.df <= 1000
-                                                       AND t.running <= 4 * max_postings),
-           array_agg(t.idf ORDER BY t.ord) FILTER (WHERE NOT t.whole AND t.df > 0 AND t.df <= 1000
-                                                     AND t.running <= 4 * max_postings),
+    -- in one statement: the statistics of the collections searched (all of them when nothing
+    -- narrows the call), and each positive lexeme's df and idf and which way its chunks are
+    -- found: the rarest through the GIN index, all their chunks candidates (whole); the next
+    -- ones held by at most 1,000 chunks, while they fit four times max_postings, weigh in the
+    -- choice of the others (weigh); the common ones from their impact-ordered postings (listed)
+    WITH st AS (
+        SELECT greatest(coalesce(sum(s.chunk_count), 0), 1)::double precision AS n,
+               greatest(coalesce(sum(s.total_lexemes), 0), 1)::double precision AS total
+          FROM kb.collection_stats s
+         WHERE f.collections IS NULL OR s.collection = ANY (f.collections)
+    )
+    SELECT min(st.n), min(st.total) / min(st.n),
+           array_agg(t.idf ORDER BY t.ord),
+           array_agg(t.query ORDER BY t.ord),
+           string_agg(t.quoted, ' | ') FILTER (WHERE t.whole),
+           array_agg(t.lexeme ORDER BY t.ord) FILTER (WHERE t.weighs),
+           array_agg(t.idf ORDER BY t.ord) FILTER (WHERE t.weighs),
+           array_agg(t.query ORDER BY t.ord) FILTER (WHERE t.weighs),
+           string_agg(t.quoted, ' | ') FILTER (WHERE t.weighs),
            array_agg(t.lexeme ORDER BY t.ord) FILTER (WHERE t.df > 1000 AND NOT t.whole),
            array_agg(t.idf ORDER BY t.ord) FILTER (WHERE t.df > 1000 AND NOT t.whole),
            coalesce(sum(t.df) FILTER (WHERE t.whole), 0)
-      INTO idfs, lexeme_queries, whole_query, weigh, weigh_idfs, listed, listed_idfs, gin_postings
-      FROM (SELECT u.*,
-                   u.df > 0 AND (u.running <= max_postings OR (u.running = u.df AND u.df <= 1000)) AS whole,
-                   ln(1 + (n_chunks - u.df + 0.5) / (u.df + 0.5)) AS idf
-              FROM (SELECT d.*, sum(d.df) OVER (ORDER BY d.df, d.lexeme) AS running
-                      FROM (SELECT l.lexeme, l.ord, coalesce(sum(s.df), 0) AS df
-                              FROM unnest(q.lexemes) WITH ORDINALITY AS l(lexeme, ord)
-                              LEFT JOIN kb.collection_term_stats s
-                                ON s.lexeme = l.lexeme
-                               AND (f.collections IS NULL OR s.collection = ANY (f.collections))
-                             GROUP BY l.lexeme, l.ord) d) u) t;
+      INTO n_chunks, avgdl, idfs, lexeme_queries, whole_query, weigh, weigh_idfs, weigh_queries,
+           weigh_query, listed, listed_idfs, gin_postings
+      FROM st
+      LEFT JOIN LATERAL (
+           SELECT u.*, u.quoted::tsquery AS query,
+                  NOT u.whole AND u.df > 0 AND u.df <= 1000 AND u.running <= 4 * max_postings AS weighs
+             FROM (SELECT v.*,
+                          v.df > 0 AND (v.running <= max_postings OR (v.running = v.df AND v.df <= 1000)) AS whole,
+                          ln(1 + (st.n - v.df + 0.5) / (v.df + 0.5)) AS idf,
+                          '''' || replace(replace(v.lexeme, '\', '\\'), '''', '''''') || '''' AS quoted
+                     FROM (SELECT d.*, sum(d.df) OVER (ORDER BY d.df, d.lexeme) AS running
+                             FROM (SELECT l.lexeme, l.ord, coalesce(sum(s.df), 0) AS df
+                                     FROM unnest(q.lexemes) WITH ORDINALITY AS l(lexeme, ord)
+                                     LEFT JOIN kb.collection_term_stats s
+                                       ON s.lexeme = l.lexeme
+                                      AND (f.collections IS NULL OR s.collection = ANY (f.collections))
+                                    GROUP BY l.lexeme, l.ord) d) v) u) t ON true;
     budget := greatest(max_postings - gin_postings, match_count);
     -- each list read to four equal shares of the budget at most (in full when <= 4 lists)
     per_list := greatest(least(budget, 4 * budget / greatest(cardinality(listed), 1)), match_count);
@@ -207,12 +212,28 @@ BEGIN
        AND f.source_pattern IS NULL AND keyword_ranking = 'bm25' AND heading_weight = 1
        AND cardinality(lexeme_queries) <= 16 AND coalesce(cardinality(weigh), 0) <= 8 THEN
         lq := lexeme_queries;
-        weigh_queries := ARRAY(SELECT ('''' || replace(replace(w, '\', '\\'), '''', '''''') || '''')::tsquery
-                                 FROM unnest(weigh) AS w);
-        weigh_query := (SELECT string_agg('''' || replace(replace(w, '\', '\\'), '''', '''''') || '''', ' | ')
-                          FROM unnest(weigh) AS w)::tsquery;
         RETURN QUERY
-        WITH whole AS MATERIALIZED (
+        -- the call's constants as one row, p, read below as columns: in a generic plan each
+        -- variable and array element would otherwise be evaluated once per row it is used in
+        WITH p AS MATERIALIZED (
+            SELECT lq[1] AS q1, lq[2] AS q2, lq[3] AS q3, lq[4] AS q4,
+                   lq[5] AS q5, lq[6] AS q6, lq[7] AS q7, lq[8] AS q8,
+                   lq[9] AS q9, lq[10] AS q10, lq[11] AS q11, lq[12] AS q12,
+                   lq[13] AS q13, lq[14] AS q14, lq[15] AS q15, lq[16] AS q16,
+                   idfs[1] AS i1, idfs[2] AS i2, idfs[3] AS i3, idfs[4] AS i4,
+                   idfs[5] AS i5, idfs[6] AS i6, idfs[7] AS i7, idfs[8] AS i8,
+                   idfs[9] AS i9, idfs[10] AS i10, idfs[11] AS i11, idfs[12] AS i12,
+                   idfs[13] AS i13, idfs[14] AS i14, idfs[15] AS i15, idfs[16] AS i16,
+                   weigh_queries[1] AS wq1, weigh_queries[2] AS wq2, weigh_queries[3] AS wq3, weigh_queries[4] AS wq4,
+                   weigh_queries[5] AS wq5, weigh_queries[6] AS wq6, weigh_queries[7] AS wq7, weigh_queries[8] AS wq8,
+                   weigh_idfs[1] AS wi1, weigh_idfs[2] AS wi2, weigh_idfs[3] AS wi3, weigh_idfs[4] AS wi4,
+                   weigh_idfs[5] AS wi5, weigh_idfs[6] AS wi6, weigh_idfs[7] AS wi7, weigh_idfs[8] AS wi8,
+                   bm25_k1 AS k1, bm25_k1 + 1 AS k1p, bm25_b AS b, avgdl AS avgdl,
+                   q.strict_first AS strict_first, q.strict_query AS strict_query,
+                   q.identifiers AS identifiers, q.excluded AS excluded, q.required AS required,
+                   q.required_words AS required_words
+        ),
+        whole AS MATERIALIZED (
             SELECT c.id, c.tsv,
                    CASE WHEN q.identifiers IS NOT NULL OR q.required_words IS NOT NULL
                         THEN c.heading_path || ' ' || c.content END AS text
@@ -222,15 +243,15 @@ BEGIN
         ),
         weighed (id, weight) AS (
             SELECT c.id,
-                   CASE WHEN c.tsv @@ weigh_queries[1] THEN weigh_idfs[1] ELSE 0 END
-                   + CASE WHEN c.tsv @@ weigh_queries[2] THEN weigh_idfs[2] ELSE 0 END
-                   + CASE WHEN c.tsv @@ weigh_queries[3] THEN weigh_idfs[3] ELSE 0 END
-                   + CASE WHEN c.tsv @@ weigh_queries[4] THEN weigh_idfs[4] ELSE 0 END
-                   + CASE WHEN c.tsv @@ weigh_queries[5] THEN weigh_idfs[5] ELSE 0 END
-                   + CASE WHEN c.tsv @@ weigh_queries[6] THEN weigh_idfs[6] ELSE 0 END
-                   + CASE WHEN c.tsv @@ weigh_queries[7] THEN weigh_idfs[7] ELSE 0 END
-                   + CASE WHEN c.tsv @@ weigh_queries[8] THEN weigh_idfs[8] ELSE 0 END
-              FROM kb.chunks c
+                   CASE WHEN c.tsv @@ p.wq1 THEN p.wi1 ELSE 0 END
+                   + CASE WHEN c.tsv @@ p.wq2 THEN p.wi2 ELSE 0 END
+                   + CASE WHEN c.tsv @@ p.wq3 THEN p.wi3 ELSE 0 END
+                   + CASE WHEN c.tsv @@ p.wq4 THEN p.wi4 ELSE 0 END
+                   + CASE WHEN c.tsv @@ p.wq5 THEN p.wi5 ELSE 0 END
+                   + CASE WHEN c.tsv @@ p.wq6 THEN p.wi6 ELSE 0 END
+                   + CASE WHEN c.tsv @@ p.wq7 THEN p.wi7 ELSE 0 END
+                   + CASE WHEN c.tsv @@ p.wq8 THEN p.wi8 ELSE 0 END
+              FROM p, kb.chunks c
              WHERE c.tsv @@ weigh_query
                AND (f.collections IS NULL OR c.collection = ANY (f.collections))
             UNION ALL
@@ -264,76 +285,111 @@ BEGIN
         scored AS (
             SELECT x.id,
                    0
-                   + coalesce(idfs[1] * x.tf1 * (bm25_k1 + 1) / nullif(x.tf1 + x.k, 0), 0)
-                   + coalesce(idfs[2] * x.tf2 * (bm25_k1 + 1) / nullif(x.tf2 + x.k, 0), 0)
-                   + coalesce(idfs[3] * x.tf3 * (bm25_k1 + 1) / nullif(x.tf3 + x.k, 0), 0)
-                   + coalesce(idfs[4] * x.tf4 * (bm25_k1 + 1) / nullif(x.tf4 + x.k, 0), 0)
-                   + coalesce(idfs[5] * x.tf5 * (bm25_k1 + 1) / nullif(x.tf5 + x.k, 0), 0)
-                   + coalesce(idfs[6] * x.tf6 * (bm25_k1 + 1) / nullif(x.tf6 + x.k, 0), 0)
-                   + coalesce(idfs[7] * x.tf7 * (bm25_k1 + 1) / nullif(x.tf7 + x.k, 0), 0)
-                   + coalesce(idfs[8] * x.tf8 * (bm25_k1 + 1) / nullif(x.tf8 + x.k, 0), 0)
-                   + coalesce(idfs[9] * x.tf9 * (bm25_k1 + 1) / nullif(x.tf9 + x.k, 0), 0)
-                   + coalesce(idfs[10] * x.tf10 * (bm25_k1 + 1) / nullif(x.tf10 + x.k, 0), 0)
-                   + coalesce(idfs[11] * x.tf11 * (bm25_k1 + 1) / nullif(x.tf11 + x.k, 0), 0)
-                   + coalesce(idfs[12] * x.tf12 * (bm25_k1 + 1) / nullif(x.tf12 + x.k, 0), 0)
-                   + coalesce(idfs[13] * x.tf13 * (bm25_k1 + 1) / nullif(x.tf13 + x.k, 0), 0)
-                   + coalesce(idfs[14] * x.tf14 * (bm25_k1 + 1) / nullif(x.tf14 + x.k, 0), 0)
-                   + coalesce(idfs[15] * x.tf15 * (bm25_k1 + 1) / nullif(x.tf15 + x.k, 0), 0)
-                   + coalesce(idfs[16] * x.tf16 * (bm25_k1 + 1) / nullif(x.tf16 + x.k, 0), 0) AS score,
+                   + coalesce(x.i1 * x.tf1 * x.k1p / nullif(x.tf1 + x.k, 0), 0)
+                   + coalesce(x.i2 * x.tf2 * x.k1p / nullif(x.tf2 + x.k, 0), 0)
+                   + coalesce(x.i3 * x.tf3 * x.k1p / nullif(x.tf3 + x.k, 0), 0)
+                   + coalesce(x.i4 * x.tf4 * x.k1p / nullif(x.tf4 + x.k, 0), 0)
+                   + coalesce(x.i5 * x.tf5 * x.k1p / nullif(x.tf5 + x.k, 0), 0)
+                   + coalesce(x.i6 * x.tf6 * x.k1p / nullif(x.tf6 + x.k, 0), 0)
+                   + coalesce(x.i7 * x.tf7 * x.k1p / nullif(x.tf7 + x.k, 0), 0)
+                   + coalesce(x.i8 * x.tf8 * x.k1p / nullif(x.tf8 + x.k, 0), 0)
+                   + coalesce(x.i9 * x.tf9 * x.k1p / nullif(x.tf9 + x.k, 0), 0)
+                   + coalesce(x.i10 * x.tf10 * x.k1p / nullif(x.tf10 + x.k, 0), 0)
+                   + coalesce(x.i11 * x.tf11 * x.k1p / nullif(x.tf11 + x.k, 0), 0)
+                   + coalesce(x.i12 * x.tf12 * x.k1p / nullif(x.tf12 + x.k, 0), 0)
+                   + coalesce(x.i13 * x.tf13 * x.k1p / nullif(x.tf13 + x.k, 0), 0)
+                   + coalesce(x.i14 * x.tf14 * x.k1p / nullif(x.tf14 + x.k, 0), 0)
+                   + coalesce(x.i15 * x.tf15 * x.k1p / nullif(x.tf15 + x.k, 0), 0)
+                   + coalesce(x.i16 * x.tf16 * x.k1p / nullif(x.tf16 + x.k, 0), 0) AS score,
                    x.strict, x.exact
-              FROM (SELECT y.id, y.tsv,
-                           bm25_k1 * (1 - bm25_b + bm25_b * length(y.tsv) / avgdl) AS k,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[1], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf1,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[2], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf2,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[3], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf3,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[4], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf4,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[5], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf5,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[6], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf6,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[7], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf7,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[8], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf8,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[9], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf9,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[10], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf10,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[11], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf11,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[12], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf12,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[13], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf13,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[14], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf14,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[15], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf15,
-                           round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, lq[16], 0)::float8
-                                      * 1.6449340668482264) - 0.5) AS tf16,
-                           (q.strict_first AND y.tsv @@ q.strict_query) AS strict,
-                           (q.identifiers IS NOT NULL AND NOT EXISTS (
-                                SELECT 1 FROM unnest(q.identifiers) AS i
+              FROM (SELECT y.id,
+                           p.i1, p.i2, p.i3, p.i4, p.i5, p.i6, p.i7, p.i8,
+                           p.i9, p.i10, p.i11, p.i12, p.i13, p.i14, p.i15, p.i16, p.k1p,
+                           p.k1 * (1 - p.b + p.b * length(y.tsv) / p.avgdl) AS k,
+                           CASE WHEN y.tsv @@ p.q1
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q1, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf1,
+                           CASE WHEN y.tsv @@ p.q2
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q2, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf2,
+                           CASE WHEN y.tsv @@ p.q3
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q3, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf3,
+                           CASE WHEN y.tsv @@ p.q4
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q4, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf4,
+                           CASE WHEN y.tsv @@ p.q5
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q5, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf5,
+                           CASE WHEN y.tsv @@ p.q6
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q6, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf6,
+                           CASE WHEN y.tsv @@ p.q7
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q7, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf7,
+                           CASE WHEN y.tsv @@ p.q8
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q8, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf8,
+                           CASE WHEN y.tsv @@ p.q9
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q9, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf9,
+                           CASE WHEN y.tsv @@ p.q10
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q10, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf10,
+                           CASE WHEN y.tsv @@ p.q11
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q11, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf11,
+                           CASE WHEN y.tsv @@ p.q12
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q12, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf12,
+                           CASE WHEN y.tsv @@ p.q13
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q13, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf13,
+                           CASE WHEN y.tsv @@ p.q14
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q14, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf14,
+                           CASE WHEN y.tsv @@ p.q15
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q15, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf15,
+                           CASE WHEN y.tsv @@ p.q16
+                                THEN round(1 / (1.6449340668482264 - ts_rank('{1,1,1,1}', y.tsv, p.q16, 0)::float8
+                                                * 1.6449340668482264) - 0.5)
+                                ELSE 0 END AS tf16,
+                           (p.strict_first AND y.tsv @@ p.strict_query) AS strict,
+                           (p.identifiers IS NOT NULL AND NOT EXISTS (
+                                SELECT 1 FROM unnest(p.identifiers) AS i
                                  WHERE NOT y.text ~* ('\m' || i || '\M'))) AS exact
-                      FROM cands y
-                     WHERE (q.excluded IS NULL OR NOT y.tsv @@ q.excluded)
-                       AND (q.required IS NULL OR y.tsv @@ q.required)
-                       AND (q.required_words IS NULL OR NOT EXISTS (
-                                SELECT 1 FROM unnest(q.required_words) AS i
+                      FROM p, cands y
+                     WHERE (p.excluded IS NULL OR NOT y.tsv @@ p.excluded)
+                       AND (p.required IS NULL OR y.tsv @@ p.required)
+                       AND (p.required_words IS NULL OR NOT EXISTS (
+                                SELECT 1 FROM unnest(p.required_words) AS i
                                  WHERE NOT y.text ~* ('\m' || i || '\M')))
                     OFFSET 0) x
         )
         SELECT c.id, c.document_id, d.title, d.source_uri, c.chunk_index, c.heading_path, c.content,
                r.rank, r.score, coalesce(c.tsv @@ q.strict_query, false)
-          FROM (SELECT s.id, s.score,
-                       row_number() OVER (ORDER BY s.strict DESC, s.exact DESC, s.score DESC, s.id)::integer AS rank
-                  FROM scored s
-                 ORDER BY s.strict DESC, s.exact DESC, s.score DESC, s.id
-                 LIMIT match_count) r
+          FROM (SELECT t.id, t.score,
+                       row_number() OVER (ORDER BY t.strict DESC, t.exact DESC, t.score DESC, t.id)::integer AS rank
+                  -- the best match_count first (a bounded sort), then numbered
+                  FROM (SELECT s.id, s.score, s.strict, s.exact FROM scored s
+                         ORDER BY s.strict DESC, s.exact DESC, s.score DESC, s.id
+                         LIMIT match_count) t) r
           JOIN kb.chunks c ON c.id = r.id
           JOIN kb.documents d ON d.id = c.document_id
          ORDER BY r.rank;
@@ -449,11 +505,8 @@ BEGIN
               NULL::integer, NULL::integer, f.collections, f.category, f.metadata,
               f.source_pattern, document_ids, q.strict_query, q.identifiers, q.excluded,
               q.required, q.required_words, q.any_query,
-              ARRAY(SELECT ('''' || replace(replace(w, '\', '\\'), '''', '''''') || '''')::tsquery
-                      FROM unnest(weigh) AS w),
-              weigh_idfs,
-              (SELECT string_agg('''' || replace(replace(w, '\', '\\'), '''', '''''') || '''', ' | ')
-                 FROM unnest(weigh) AS w)::tsquery,
+              weigh_queries, weigh_idfs,
+              weigh_query,
               listed, listed_idfs, per_list, gin_postings + budget, whole_query::tsquery,
               q.strict_first;
 END;

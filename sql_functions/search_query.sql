@@ -48,31 +48,37 @@ PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 SET client_min_messages = warning
 AS $$
+DECLARE
+    given text := left(coalesce(query_text, ''), 20000);
+    cleaned text;
 BEGIN
     -- a run of dashes ("-----" under psql output, "- - -") would be read as that many nested
     -- NOTs, and 32 of them overflow websearch_to_tsquery's stack ("tsquery stack too small"):
-    -- a run of two or more becomes a space (as many NOTs cancel out or negate nothing)
-    strict_query := websearch_to_tsquery(
-        'english'::regconfig,
-        regexp_replace(left(coalesce(query_text, ''), 20000), '-[-[:space:]]*-', ' ', 'g'));
-    SELECT (array_agg(w.word ORDER BY w.first_seen) FILTER (WHERE w.word ~ '[A-Za-z0-9]_[A-Za-z0-9]'))[1:16],
-           coalesce(bool_or(true), false)
-      INTO identifiers, strict_first
-      FROM (SELECT m[1] AS word, min(n) AS first_seen
-              FROM regexp_matches(left(coalesce(query_text, ''), 20000), '[A-Za-z0-9_]+', 'g')
-                   WITH ORDINALITY AS r(m, n)
-             WHERE length(m[1]) BETWEEN 2 AND 100
-               AND (m[1] ~ '[A-Za-z0-9]_[A-Za-z0-9]' OR (m[1] ~ '[0-9]' AND m[1] ~ '[A-Za-z]'))
-             GROUP BY m[1]) w;
-    strict_first := strict_first OR position('"' IN left(coalesce(query_text, ''), 20000)) > 0;
+    -- a run of two or more becomes a space (as many NOTs cancel out or negate nothing). Each
+    -- regular expression below runs only when the text holds a character it looks for.
+    cleaned := CASE WHEN position('-' IN given) > 0
+                    THEN regexp_replace(given, '-[-[:space:]]*-', ' ', 'g') ELSE given END;
+    strict_query := websearch_to_tsquery('english'::regconfig, cleaned);
+    strict_first := false;
+    IF given ~ '[0-9_]' THEN  -- an identifier-like word has a digit or an underscore
+        SELECT (array_agg(w.word ORDER BY w.first_seen) FILTER (WHERE w.word ~ '[A-Za-z0-9]_[A-Za-z0-9]'))[1:16],
+               coalesce(bool_or(true), false)
+          INTO identifiers, strict_first
+          FROM (SELECT m[1] AS word, min(n) AS first_seen
+                  FROM regexp_matches(given, '[A-Za-z0-9_]+', 'g') WITH ORDINALITY AS r(m, n)
+                 WHERE length(m[1]) BETWEEN 2 AND 100
+                   AND (m[1] ~ '[A-Za-z0-9]_[A-Za-z0-9]' OR (m[1] ~ '[0-9]' AND m[1] ~ '[A-Za-z]'))
+                 GROUP BY m[1]) w;
+    END IF;
     -- the quoted parts: each a requirement (its phrase, and its identifiers as written)
-    SELECT (array_agg(m.part ORDER BY m.n))[1:16]
-      INTO quoted
-      FROM (SELECT r.m[2] AS part, r.n
-              FROM regexp_matches(regexp_replace(left(coalesce(query_text, ''), 20000),
-                                                 '-[-[:space:]]*-', ' ', 'g'),
-                                  '(-?)"([^"]*)("|$)', 'g') WITH ORDINALITY AS r(m, n)
-             WHERE r.m[1] = '' AND btrim(r.m[2]) <> '') m;
+    IF position('"' IN given) > 0 THEN
+        strict_first := true;
+        SELECT (array_agg(m.part ORDER BY m.n))[1:16]
+          INTO quoted
+          FROM (SELECT r.m[2] AS part, r.n
+                  FROM regexp_matches(cleaned, '(-?)"([^"]*)("|$)', 'g') WITH ORDINALITY AS r(m, n)
+                 WHERE r.m[1] = '' AND btrim(r.m[2]) <> '') m;
+    END IF;
     IF quoted IS NOT NULL THEN
         required := websearch_to_tsquery(
             'english'::regconfig,

@@ -21,7 +21,7 @@ import click
 from loader import notices
 from loader.cli.base import VERBOSE_HELP, App, accept_verbose, emit_json, setting_option
 from loader.errors import ConfigError, DatabaseError, PgkbError, database_error
-from loader.safety import echo, redact, secho
+from loader.safety import echo, json_line, printable, redact, secho, stderr_as_json
 
 __all__ = ["cli", "main"]
 
@@ -53,8 +53,6 @@ class JsonLogFormatter(logging.Formatter):
     """A log record as one line of JSON (a ``--json`` run): level, logger, message."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from loader.safety import json_line, printable
-
         message = record.getMessage()
         if record.exc_info:
             message += "\n" + self.formatException(record.exc_info)
@@ -83,8 +81,6 @@ class PgkbGroup(click.Group):
         super().add_command(cmd, name)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        from loader.safety import stderr_as_json
-
         ctx.meta[JSON_FLAG] = wants_json(args)
         stderr_as_json(ctx.meta[JSON_FLAG])
         try:

@@ -308,6 +308,19 @@ class _TuneBar(_Bar):
     help="Unlabelled pairs from the knowledge base's headings, titles and passages "
     "(default: only when neither --pairs nor --beir is given).",
 )
+@click.option(
+    "--hard-negatives/--no-hard-negatives",
+    default=True,
+    show_default=True,
+    help="Give each pair a hard negative: another section of the same document, or a passage "
+    "of another document the keyword retriever (BM25) ranks high for the anchor.",
+)
+@click.option(
+    "--activate",
+    "force_activate",
+    is_flag=True,
+    help="Activate the tuned model whatever the gate says (it still runs and reports).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same model.")
 @click.option("--epochs", type=click.IntRange(1, 100), default=1, show_default=True)
 @click.option(
@@ -352,6 +365,8 @@ def models_tune(
     split: str,
     qrels_file: Path | None,
     structure: bool | None,
+    hard_negatives: bool,
+    force_activate: bool,
     seed: int,
     epochs: int,
     max_steps: int,
@@ -364,15 +379,17 @@ def models_tune(
     """Fine-tune the active local model on this knowledge base's text; activate it only when
     it loses on none of the --questions sets.
 
-    Trains a copy of the active model (contrastive loss, in-batch negatives, on the CPU) on
-    pairs built from the knowledge base itself (a heading path with its section, a title with
-    its lead, a sentence with the passage it comes from) and on --pairs / --beir, saves it as
+    Trains a copy of the active model (contrastive loss, in-batch and hard negatives, on the
+    CPU) on pairs built from the knowledge base itself (a heading path with its section, a
+    title with its lead, a sentence with the passage it comes from) and on --pairs / --beir,
+    each with a hard negative (another section of its document, a BM25 near miss), saves it as
     a new model folder with its provenance (pgkb-tune.json), registers it, embeds every chunk
     with it beside the active model, then runs each question set with both models: no
     relevant document may leave a retriever's top 5 and no summed loss may pass the eval
     gate's tolerance. Otherwise the tuned model stays registered and inactive (pgkb models
-    activate NAME, pgkb models drop NAME). The active model serves searches throughout; an
-    interrupted run resumes (training from its checkpoint, re-embedding where it stopped).
+    activate NAME, pgkb models drop NAME), unless --activate asks for it anyway. The active
+    model serves searches throughout (Ctrl-C included); an interrupted run resumes (training
+    from its checkpoint, re-embedding where it stopped).
     """
     from loader.ops.tune import PairSources, tune
     from loader.ops.tune_train import TrainOptions
@@ -392,7 +409,7 @@ def models_tune(
         learning_rate=learning_rate,
         max_seq_length=max_seq_length,
     )
-    sources = PairSources(structure, pairs_file, beir_dir, split, qrels_file)
+    sources = PairSources(structure, pairs_file, beir_dir, split, qrels_file, hard_negatives)
     bar = _TuneBar(sys.stderr.isatty() and not as_json)
     try:
         report = tune(
@@ -401,6 +418,7 @@ def models_tune(
             options,
             question_files=question_files,
             output=output,
+            force_activate=force_activate,
             progress=bar,
             say=lambda message: echo(message, err=True),
         )
@@ -428,6 +446,12 @@ def models_tune(
             echo(f"  {mode}: {figures}")
         for finding in compared.findings:
             echo(f"  LOSS {finding}")
+    if report.timings:
+        echo(
+            "time: "
+            + ", ".join(f"{step} {seconds:.0f} s" for step, seconds in report.timings.items()),
+            err=True,
+        )
     echo(f"{report.model}: {report.verdict}")
     if report.activated:
         echo(

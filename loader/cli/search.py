@@ -95,9 +95,6 @@ def search(
     keyword mode needs no model. Quote phrases ("write ahead log"),
     exclude words with -word.
     """
-    from loader.db.session import connection
-    from loader.search import search as run_search
-
     settings = app.settings(min_similarity=min_similarity, collections=joined(collections))
     filters = search_filters(category, source_pattern, meta_filters, collections)
     text = " ".join(query).strip()
@@ -112,10 +109,16 @@ def search(
             "or convert it (iconv -f latin1 -t utf-8)",
         ) from None
     prefetched: PrefetchedQuery | None = None
-    if mode != "keyword":  # embedded (by serve_url, else locally) while the connection opens
+    if mode != "keyword":
+        # the query is embedded (by serve_url, else by the local model in a child process)
+        # while this process loads the database driver and the search, and connects: started
+        # before those imports, the model's load and theirs take the time of the longer
         from loader.providers.query_embedding import PrefetchedQuery, query_embedder
 
         prefetched = PrefetchedQuery(query_embedder(settings), text)
+    from loader.db.session import connection
+    from loader.search import search as run_search
+
     # a failed rerank: a warning on stderr, the fused order kept
     with connection(settings, read=True) as conn:
         hits = run_search(

@@ -43,7 +43,8 @@ from loader.ingest.writer import (
     prune_missing,
     stored_shas,
 )
-from loader.providers.embeddings import Embedder, ensure_model, get_embedder
+from loader.providers.embeddings import Embedder, get_embedder
+from loader.providers.registry import ensure_model
 from loader.settings import Settings
 
 log = logging.getLogger(__name__)

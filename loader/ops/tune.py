@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,13 @@ from loader.ops.tune_pairs import (
     beir_pairs,
     counts,
     digest,
+    hard_negatives,
     hold_out,
+    negative_counts,
+    normalise,
     question_pairs,
     structure_pairs,
+    training_subset,
 )
 from loader.ops.tune_train import TrainOptions, read_provenance, request_digest, train
 from loader.providers.embeddings import chunk_size, get_embedder
@@ -68,6 +73,9 @@ from loader.settings import Settings
 MIN_PAIRS = 8
 """Fewer training pairs than this teach nothing: the command stops before training."""
 PAGE = 2000
+NEAR_MISS_DEPTH = 10
+"""BM25 hits read for each anchor when looking for its near-miss negative."""
+NEAR_MISS_PAGE = 200
 
 
 @dataclasses.dataclass
@@ -95,10 +103,17 @@ class TuneReport:
     """False: the folder held this request's model already (a re-run)."""
     pairs: dict[str, int]
     held_out: int
+    negatives: dict[str, int]
+    """The hard negatives of each kind (``section``, ``near-miss``)."""
+    available: int
+    """The pairs built; at most steps x batch size of them are trained on (``pairs``)."""
     steps: int
     seconds: float | None
     peak_rss_mb: float | None
     reembed: dict[str, Any] | None = None
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Wall-clock seconds of this run's steps: ``pairs`` (with the near-miss searches),
+    ``train`` (0 when the folder held the model), ``reembed``, ``gate``."""
     sets: list[SetComparison] = dataclasses.field(default_factory=list)
     activated: bool = False
     verdict: str = ""
@@ -119,6 +134,8 @@ class PairSources:
     beir_dir: Path | None = None
     beir_split: str = "train"
     beir_qrels: Path | None = None
+    negatives: bool = True
+    """A hard negative with each pair (the same document's other section, BM25's near miss)."""
 
 
 def read_passages(conn: psycopg.Connection[Any]) -> list[queries.TrainingPassage]:
@@ -180,6 +197,22 @@ def build_pairs(
         pairs += structure_pairs(passages, render, seed=seed)
     kept, held = hold_out(pairs, held_questions)
     return kept, held, notes
+
+
+def near_misses(
+    conn: psycopg.Connection[Any], anchors: Sequence[str], *, depth: int = NEAR_MISS_DEPTH
+) -> dict[str, list[int]]:
+    """The keyword retriever's best ``depth`` chunk ids for each anchor (by rank), keyed by the
+    anchor as :func:`normalise` gives it (its words only, so no quote or minus sign of a
+    sentence becomes a search operator)."""
+    texts = sorted({normalise(a) for a in anchors} - {""})
+    found: dict[str, list[int]] = {t: [] for t in texts}
+    for start in range(0, len(texts), NEAR_MISS_PAGE):
+        page = texts[start : start + NEAR_MISS_PAGE]
+        for ord_, chunk_id in conn.execute(queries.NEAR_MISSES, (page, depth)).fetchall():
+            found[page[ord_ - 1]].append(int(chunk_id))
+    conn.rollback()
+    return found
 
 
 def _renderer(settings: Settings) -> Callable[[queries.TrainingPassage], str]:
@@ -265,13 +298,23 @@ def tune(
     *,
     question_files: Sequence[Path] = (),
     output: Path | None = None,
+    force_activate: bool = False,
     progress: ProgressCallback | None = None,
     say: Callable[[str], None] | None = None,
 ) -> TuneReport:
     """Tune the active local model on the knowledge base's text (and the labelled sources),
     register and fill the result beside it, gate it on ``question_files`` and activate it
-    only when it loses on none of them."""
+    only when it loses on none of them (or whatever the gate says with ``force_activate``)."""
     tell = say or (lambda _: None)
+    clock = time.monotonic()
+    timings: dict[str, float] = {}
+
+    def lap(step: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        timings[step] = round(now - clock, 1)
+        clock = now
+
     held_questions = [q.question for f in question_files for q in load_questions(f)]
     with connection(settings) as conn:
         base = _base_model(conn)
@@ -283,17 +326,21 @@ def tune(
         )
     base_settings = model_settings(settings, base)
     base_folder = model_folder(base.name)
-    pairs, held, notes = build_pairs(
-        passages, _renderer(base_settings), sources, held_questions, seed=options.seed
-    )
+    render = _renderer(base_settings)
+    pairs, held, notes = build_pairs(passages, render, sources, held_questions, seed=options.seed)
     for note in notes:
         tell(f"warning: {note}")
-    if len(pairs) < MIN_PAIRS:
-        raise PgkbError(
-            f"only {len(pairs)} training pair(s) could be built ({held} held out as eval "
-            f"questions): at least {MIN_PAIRS} are needed",
-            hint="ingest more text, or give labelled pairs (--pairs FILE, --beir DIR)",
-        )
+    _enough(pairs, held)
+    available = len(pairs)
+    pairs = training_subset(pairs, options.steps(available) * options.batch_size, seed=options.seed)
+    without_negative = 0
+    if sources.negatives:
+        tell(f"hard negatives: BM25 near misses of {len(pairs)} anchors")
+        with connection(settings) as conn:
+            found = near_misses(conn, [p.anchor for p in pairs])
+        pairs, without_negative = hard_negatives(pairs, passages, found, render, seed=options.seed)
+        _enough(pairs, held, without_negative)
+    lap("pairs")
     pairs_digest = digest(pairs)
     identity = {"name": base.name, "dims": base.dims, "config": dict(base.config)}
     request = request_digest(identity, pairs_digest, options)
@@ -302,7 +349,15 @@ def tune(
     tell(
         f"{len(pairs)} training pairs ("
         + ", ".join(f"{kind} {n}" for kind, n in counts(pairs).items())
-        + f"); {held} held out as eval questions; {options.steps(len(pairs))} steps"
+        + f") of {available}; {held} held out as eval questions; "
+        + (
+            "hard negatives: "
+            + ", ".join(f"{kind} {n}" for kind, n in negative_counts(pairs).items())
+            + f" ({without_negative} pairs without one dropped); "
+            if sources.negatives
+            else ""
+        )
+        + f"{options.steps(len(pairs))} steps"
     )
     provenance = read_provenance(folder)
     trained = False
@@ -321,7 +376,10 @@ def tune(
                 "passages": len(passages),
                 "pairs": {
                     "count": len(pairs),
+                    "available": available,
                     "kinds": counts(pairs),
+                    "negatives": negative_counts(pairs),
+                    "without_negative": without_negative,
                     "digest": pairs_digest,
                     "held_out": held,
                     "sources": _source_names(sources),
@@ -334,6 +392,7 @@ def tune(
         trained = True
     else:
         tell(f"{folder} holds this request's tuned model already: not trained again")
+    lap("train")
     training = provenance.get("training") or {}
     report = TuneReport(
         base=base.name,
@@ -343,6 +402,8 @@ def tune(
         trained=trained,
         pairs=counts(pairs),
         held_out=held,
+        negatives=negative_counts(pairs),
+        available=available,
         steps=int(provenance.get("steps") or 0),
         seconds=training.get("seconds"),
         peak_rss_mb=training.get("peak_rss_mb"),
@@ -361,24 +422,46 @@ def tune(
             )
     filled: ReembedReport = reembed(settings, str(folder), dims=base.dims, progress=progress)
     report.reembed = filled.to_dict()
+    lap("reembed")
     with connection(settings) as conn:
         tuned_model = find_model(conn, str(folder), base.dims)
     tuned_settings = model_settings(settings, tuned_model)
     report.sets = compare_sets(base_settings, tuned_settings, question_files, progress=tell)
+    lap("gate")
+    report.timings = timings
+    lost = [s.name for s in report.sets if not s.passed]
     if not question_files:
-        report.verdict = (
-            "no question set to gate it (--questions FILE): left inactive; compare with "
-            f"`pgkb eval --model {folder}` and activate by hand"
-        )
-    elif all(s.passed for s in report.sets):
+        report.verdict = "no question set to gate it (--questions FILE)"
+    elif lost:
+        report.verdict = f"it loses on {', '.join(lost)}"
+    else:
+        report.verdict = f"no loss on {len(report.sets)} question set(s)"
+    if force_activate or (question_files and not lost):
         with connection(settings) as conn:
             activate(conn, str(folder), base.dims)
         report.activated = True
-        report.verdict = f"no loss on {len(report.sets)} question set(s): activated"
+        report.verdict += (
+            ": activated" if question_files and not lost else ": activated as asked (--activate)"
+        )
+    elif question_files:
+        report.verdict += f": left inactive, {base.name} stays active"
     else:
-        lost = [s.name for s in report.sets if not s.passed]
-        report.verdict = f"it loses on {', '.join(lost)}: left inactive, {base.name} stays active"
+        report.verdict += (
+            f": left inactive; compare with `pgkb eval --model {folder}` and activate by hand "
+            "(or tune with --activate)"
+        )
     return report
+
+
+def _enough(pairs: Sequence[Pair], held: int, without_negative: int = 0) -> None:
+    if len(pairs) < MIN_PAIRS:
+        dropped = f", {without_negative} without a hard negative" if without_negative else ""
+        raise PgkbError(
+            f"only {len(pairs)} training pair(s) could be built ({held} held out as eval "
+            f"questions{dropped}): at least {MIN_PAIRS} are needed",
+            hint="ingest more text, or give labelled pairs (--pairs FILE, --beir DIR)"
+            + (", or tune with --no-hard-negatives" if without_negative else ""),
+        )
 
 
 def _source_names(sources: PairSources) -> list[str]:

@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from loader.db.queries import TrainingPassage
@@ -56,6 +56,14 @@ class Pair:
     positive: str
     kind: str
     """``heading``, ``title``, ``span`` (unlabelled), ``labelled`` (--pairs), ``beir``."""
+    chunk_id: int = 0
+    """The stored passage the positive comes from (0: none, as for a BEIR document)."""
+    document_id: str = ""
+    negative: str = ""
+    """A hard negative (:func:`hard_negatives`): a passage close to the anchor that does not
+    answer it; empty until one is chosen."""
+    negative_kind: str = ""
+    """``section`` (the same document's other section) or ``near-miss`` (BM25's)."""
 
 
 def normalise(text: str) -> str:
@@ -120,19 +128,37 @@ def structure_pairs(
         chunks = sorted(by_document[document_id], key=lambda p: p.chunk_index)
         lead = chunks[0]
         if lead.title.strip() and len(_words(lead.content)) >= MIN_PASSAGE_WORDS:
-            pairs.append(Pair(lead.title.strip(), lead.content.strip(), "title"))
+            pairs.append(
+                Pair(
+                    lead.title.strip(),
+                    lead.content.strip(),
+                    "title",
+                    lead.chunk_id,
+                    lead.document_id,
+                )
+            )
         seen_paths: set[str] = set()
         for passage in chunks:
             path = passage.heading_path.strip()
             if path and path not in seen_paths:
                 seen_paths.add(path)
                 if len(_words(passage.content)) >= MIN_PASSAGE_WORDS:
-                    pairs.append(Pair(_titled(passage), passage.content.strip(), "heading"))
+                    pairs.append(
+                        Pair(
+                            _titled(passage),
+                            passage.content.strip(),
+                            "heading",
+                            passage.chunk_id,
+                            passage.document_id,
+                        )
+                    )
             span = _span(passage, seed)
             if span is not None:
                 anchor, rest = span
                 cut = dataclasses.replace(passage, content=rest)
-                pairs.append(Pair(anchor, render(cut), "span"))
+                pairs.append(
+                    Pair(anchor, render(cut), "span", passage.chunk_id, passage.document_id)
+                )
     return drop_ambiguous(dedupe(pairs))
 
 
@@ -226,7 +252,9 @@ def question_pairs(
                 sorted(found, key=lambda p: (p.source_uri, p.chunk_index)),
                 key=lambda p: len(words & set(normalise(p.content).split())),
             )
-            pairs.append(Pair(question.question, render(best), "labelled"))
+            pairs.append(
+                Pair(question.question, render(best), "labelled", best.chunk_id, best.document_id)
+            )
     return dedupe(pairs), sorted(set(missing))
 
 
@@ -258,9 +286,110 @@ def digest(pairs: Iterable[Pair]) -> str:
     for pair in pairs:
         hasher.update(pair.kind.encode() + b"\x00" + pair.anchor.encode() + b"\x00")
         hasher.update(pair.positive.encode() + b"\x01")
+        if pair.negative:
+            hasher.update(pair.negative_kind.encode() + b"\x00" + pair.negative.encode() + b"\x02")
     return hasher.hexdigest()
 
 
 def counts(pairs: Iterable[Pair]) -> dict[str, int]:
     """The number of pairs of each kind."""
     return dict(sorted(Counter(p.kind for p in pairs).items()))
+
+
+def negative_counts(pairs: Iterable[Pair]) -> dict[str, int]:
+    """The number of hard negatives of each kind."""
+    return dict(sorted(Counter(p.negative_kind for p in pairs if p.negative).items()))
+
+
+def training_subset(pairs: Sequence[Pair], count: int, *, seed: int = 0) -> list[Pair]:
+    """At most ``count`` of ``pairs`` (all of them when there are no more), picked by the seed
+    and kept in their order: what a bounded training can read, chosen before hard negatives are
+    looked for, so only those pairs cost a BM25 search."""
+    if len(pairs) <= count:
+        return list(pairs)
+
+    def key(index: int) -> bytes:
+        pair = pairs[index]
+        text = f"pgkb-tune-subset:{seed}:{pair.kind}\x00{pair.anchor}\x00{pair.positive}"
+        return hashlib.sha256(text.encode()).digest()
+
+    chosen = sorted(sorted(range(len(pairs)), key=key)[:count])
+    return [pairs[i] for i in chosen]
+
+
+def hard_negatives(
+    pairs: Sequence[Pair],
+    passages: Sequence[TrainingPassage],
+    near_misses: Mapping[str, Sequence[int]],
+    render: Render,
+    *,
+    seed: int = 0,
+) -> tuple[list[Pair], int]:
+    """Each pair with a hard negative, a passage close to its anchor that does not answer it:
+
+    - ``section``: another section of the positive's document (another heading path; not for
+      a title, whose positive is what the whole document is about);
+    - ``near-miss``: the best BM25 hit for the anchor (``near_misses``: chunk ids by rank, keyed
+      by the anchor as :func:`normalise` gives it) in a document that gives the anchor none of
+      its positives.
+
+    When both exist, the seed picks one. A candidate is never one of the anchor's positives'
+    passages or documents, nor a text that contains or is contained in one of its positives.
+    The negative is given as the pair's positive is (the passage's content for a title or a
+    heading pair, as the model reads it at search time otherwise). Pairs for which no negative
+    is found are dropped (the loss takes one for every pair); their number is returned."""
+    by_id = {p.chunk_id: p for p in passages}
+    usable: dict[str, list[TrainingPassage]] = defaultdict(list)
+    for passage in sorted(passages, key=lambda p: (p.document_id, p.chunk_index)):
+        if len(_words(passage.content)) >= MIN_PASSAGE_WORDS:
+            usable[passage.document_id].append(passage)
+    positives: dict[str, list[tuple[Pair, str]]] = defaultdict(list)
+    for pair in pairs:
+        positives[normalise(pair.anchor)].append((pair, normalise(pair.positive)))
+
+    def answers(key: str, candidate: TrainingPassage, text: str, *, documents: bool) -> bool:
+        """Whether ``candidate`` is (or may be) one of the anchor's positives: its passage, its
+        document (``documents``: not for the same document's other sections), or its text."""
+        content = normalise(candidate.content)
+        for own, positive in positives[key]:
+            if candidate.chunk_id == own.chunk_id or (
+                documents and candidate.document_id == own.document_id
+            ):
+                return True
+            if content in positive or positive in text:
+                return True
+        return False
+
+    kept, dropped = [], 0
+    for pair in pairs:
+        key = normalise(pair.anchor)
+        raw = pair.kind in ("title", "heading")
+
+        def shown(passage: TrainingPassage, raw: bool = raw) -> str:
+            return passage.content.strip() if raw else render(passage)
+
+        options: list[tuple[str, str]] = []
+        own = by_id.get(pair.chunk_id)
+        if own is not None and pair.kind != "title":
+            path = own.heading_path.strip()
+            others = [p for p in usable[own.document_id] if p.heading_path.strip() != path]
+            while others:  # a seeded pick; one that may answer the anchor is put aside
+                chosen = others.pop(_pick(seed, f"section:{pair.anchor}", len(others)))
+                text = shown(chosen)
+                if not answers(key, chosen, normalise(text), documents=False):
+                    options.append(("section", text))
+                    break
+        for chunk_id in near_misses.get(key, ()):
+            hit = by_id.get(chunk_id)
+            if hit is None or len(_words(hit.content)) < MIN_PASSAGE_WORDS:
+                continue
+            text = shown(hit)
+            if not answers(key, hit, normalise(text), documents=True):
+                options.append(("near-miss", text))
+                break
+        if not options:
+            dropped += 1
+            continue
+        kind, text = options[_pick(seed, f"negative:{pair.anchor}", len(options))]
+        kept.append(dataclasses.replace(pair, negative=text, negative_kind=kind))
+    return kept, dropped

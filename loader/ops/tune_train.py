@@ -1,8 +1,9 @@
 """Fine-tuning a local sentence-transformers model on training pairs, on the CPU.
 
 :func:`train` runs sentence-transformers' trainer with ``MultipleNegativesRankingLoss`` (each
-anchor against its positive and every other positive of the batch: the contrastive loss with
-in-batch negatives; batches never hold the same text twice, so no false negative), seeded, for
+anchor against its positive, every other positive of the batch and, when the pairs have them,
+every hard negative of the batch: the contrastive loss with in-batch negatives; batches never
+hold the same text twice, so no false negative), seeded, for
 a bounded number of steps, writing checkpoints so that an interrupted run resumes. The result is
 saved into a new folder with ``pgkb-tune.json``, its provenance: base model, corpus digest,
 pairs, steps, seed, library versions. The folder appears whole or not at all (written beside
@@ -177,12 +178,20 @@ def train(
     model.max_seq_length = min(int(saved_length or options.max_seq_length), options.max_seq_length)
     # a widget example already set: the trainer does not scan the pairs for one (with a bar)
     model.model_card_data.widget = [{"text": "pgkb"}]
-    data = Dataset.from_dict(
-        {"anchor": [p.anchor for p in pairs], "positive": [p.positive for p in pairs]}
-    )
+    columns = {"anchor": [p.anchor for p in pairs], "positive": [p.positive for p in pairs]}
+    negatives = any(p.negative for p in pairs)
+    if negatives:
+        if not all(p.negative for p in pairs):
+            raise ValueError("every pair needs a hard negative, or none may have one")
+        columns["negative"] = [p.negative for p in pairs]
+    data = Dataset.from_dict(columns)
     prompts = {
         column: prompt
-        for column, prompt in (("anchor", query_prompt), ("positive", document_prompt))
+        for column, prompt in (
+            ("anchor", query_prompt),
+            ("positive", document_prompt),
+            ("negative", document_prompt if negatives else ""),
+        )
         if prompt
     }
     arguments = SentenceTransformerTrainingArguments(
@@ -240,6 +249,7 @@ def train(
         "training": {
             **options.to_dict(),
             "loss": LOSS,
+            "hard_negatives": negatives,
             "batch_sampler": "no_duplicates",
             "prompts": prompts,
             "resumed": resume,

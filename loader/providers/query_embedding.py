@@ -69,7 +69,9 @@ class ServedEmbedder:
             request.add_header("Authorization", f"Bearer {self.token}")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                data: Any = json.loads(response.read())
+                data: object = json.loads(response.read())
+            if not isinstance(data, dict):
+                raise TypeError(f"its reply is a JSON {type(data).__name__}, not an object")
             vectors = [item["embedding"] for item in sorted(data["data"], key=lambda i: i["index"])]
         except urllib.error.HTTPError as exc:
             self._failed(f"it answered {exc.code}: {_message(exc)}")

@@ -53,15 +53,10 @@ from starlette.types import ASGIApp
 
 from loader.errors import PgkbError
 from loader.serve import openai_chat
+from loader.serve.arguments import BadRequest, parse_document_ids, surrogate_path
 from loader.serve.guard import Guard, Limits, Pages, error, server_config
 from loader.serve.metrics import Metrics, RequestMetrics
-from loader.serve.service import (
-    BadRequest,
-    KnowledgeService,
-    Unavailable,
-    parse_document_ids,
-    surrogate_path,
-)
+from loader.serve.service import KnowledgeService, Unavailable
 from loader.serve.streaming import Emitter, EventStream, sse
 from loader.web.app import FORM_PATHS, error_page, wants_page, web_routes
 from loader.web.launch import open_when_ready

@@ -41,22 +41,30 @@ from starlette.responses import Response
 
 from loader.errors import PgkbError
 from loader.graph.relations import RELATION_TYPES
-from loader.serve.guard import LOCAL_NAMES, error, host_name
-from loader.serve.metrics import Metrics, serving
-
-if TYPE_CHECKING:
-    from anyio.streams.memory import MemoryObjectSendStream
-    from mcp.server.mcpserver import MCPServer
-from loader.serve.service import (
+from loader.serve.arguments import (
     MAX_LIST_LIMIT,
     MAX_NEIGHBOURS,
     MAX_READ_TOKENS,
     MAX_SEARCH_LIMIT,
     MIN_READ_TOKENS,
-    KnowledgeService,
     parse_document_ids,
     surrogate_path,
 )
+from loader.serve.guard import LOCAL_NAMES, error, host_name
+from loader.serve.mcp_results import (
+    AskResult,
+    Catalogue,
+    GraphResult,
+    NeighborsResult,
+    ReadResult,
+    SearchResult,
+)
+from loader.serve.metrics import Metrics, serving
+from loader.serve.service import KnowledgeService
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectSendStream
+    from mcp.server.mcpserver import MCPServer
 
 log = logging.getLogger(__name__)
 
@@ -66,132 +74,6 @@ INSTRUCTIONS = (
     "a document or a chunk range, neighbor_chunks for the text around a search hit, and "
     "explore_graph for documents related to one another."
 )
-
-
-# --- results (the tools' output schemas) --------------------------------------------------------
-
-
-class Hit(BaseModel):
-    chunk_id: int = Field(description="Id of the chunk (for neighbor_chunks).")
-    document_id: str
-    title: str
-    source_uri: str = Field(description="Where the document came from: cite it.")
-    chunk_index: int = Field(description="Position of the chunk in its document, from 0.")
-    heading_path: str
-    content: str
-    score: float
-    vector_similarity: float | None = None
-    keyword_score: float | None = None
-    category: str | None = None
-
-
-class SearchResult(BaseModel):
-    query: str
-    mode: str
-    results: list[Hit]
-
-
-class Citation(BaseModel):
-    title: str
-    source_uri: str
-    document_id: str
-    chunk_index: int
-    chunk_end: int | None = None
-    content: str
-    score: float | None = None
-
-
-class Related(BaseModel):
-    document_id: str
-    title: str
-    source_uri: str
-    relation: str
-
-
-class AskResult(BaseModel):
-    question: str
-    answer: str
-    abstained: bool = Field(description="True: the knowledge base does not answer this.")
-    mode: str = Field(description="model, extractive (no chat model), fallback or abstained.")
-    citations: list[Citation]
-    related_documents: list[Related]
-    notes: list[str] = []
-    hint: str | None = None
-
-
-class Chunk(BaseModel):
-    chunk_id: int | None = None
-    chunk_index: int
-    heading_path: str
-    content: str
-
-
-class ReadResult(BaseModel):
-    document_id: str
-    title: str
-    source_uri: str
-    chunk_count: int
-    status: str = Field(
-        description="chunks (the text is in chunks), outline (too long: ask for a range), or empty."
-    )
-    chunks: list[Chunk] = []
-    outline: list[str] = Field(
-        default=[], description="'first-last: heading (tokens)' lines, when status is outline."
-    )
-    message: str | None = None
-    notes: list[str] = []
-
-
-class NeighborChunk(BaseModel):
-    chunk_id: int
-    chunk_index: int
-    heading_path: str
-    content: str
-    is_hit: bool = Field(description="True for the chunk asked for.")
-
-
-class NeighborsResult(BaseModel):
-    document_id: str
-    title: str
-    source_uri: str
-    chunks: list[NeighborChunk]
-
-
-class GraphDocument(BaseModel):
-    document_id: str
-    title: str
-    source_uri: str
-    doc_type: str
-    summary: str
-    key_entities: list[str]
-    distance: int | None = None
-    path: list[str] = []
-    edges: list[str] = []
-
-
-class GraphResult(BaseModel):
-    documents: list[GraphDocument]
-    notes: list[str] = []
-
-
-class CatalogueEntry(BaseModel):
-    document_id: str
-    title: str
-    source_uri: str
-    category: str | None
-    doc_type: str
-    summary: str | None
-    key_entities: list[str]
-    chunks: int
-    edges_out: int
-    edges_in: int
-    updated_at: str
-
-
-class Catalogue(BaseModel):
-    documents: list[CatalogueEntry]
-    count: int
-    truncated: bool = Field(description="True when more documents exist than limit allowed.")
 
 
 # --- the server -------------------------------------------------------------------------------

@@ -30,14 +30,6 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -58,6 +50,9 @@ class Metrics:
     """One server's metrics: a registry, its instruments, and the telemetry listener."""
 
     def __init__(self) -> None:
+        # imported here: `pgkb mcp` over stdio keeps no metrics and starts without it
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -121,6 +116,8 @@ class Metrics:
 
     def exposition(self) -> tuple[bytes, str]:
         """The registry in Prometheus' text format, and its content type."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
     async def endpoint(self, request: Request) -> Response:

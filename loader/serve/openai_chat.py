@@ -42,7 +42,8 @@ from starlette.responses import JSONResponse, Response
 from loader.answer.passages import estimate_tokens
 from loader.errors import PgkbError
 from loader.providers.chat import ChatError
-from loader.serve.service import BadRequest, KnowledgeService
+from loader.serve.arguments import BadRequest
+from loader.serve.service import KnowledgeService
 from loader.serve.streaming import Emitter, EventStream, sse
 
 log = logging.getLogger(__name__)

@@ -2,13 +2,15 @@
 model loaded once, and an optional category scope passed to SQL on every call.
 
 Each method validates its arguments (bounded limits, known modes, a document named by id or
-source), borrows one pooled connection, calls the SQL functions through the same code the CLI
-and the reader agent use (:func:`loader.search.search`,
-:func:`loader.answer.single.answer_question`, :class:`loader.answer.tools.Toolbox`,
-:mod:`loader.graph.catalogue`) and returns a JSON-ready dict. Failures are one of two
-:class:`~loader.errors.PgkbError` kinds the servers map to their protocol: :class:`BadRequest`
-(the caller can fix the arguments) and :class:`Unavailable` (the database cannot be reached;
-the pool reconnects by itself when it is back).
+source; the checks are :mod:`loader.serve.arguments`), borrows one pooled connection, calls the
+SQL functions through the same code the CLI and the reader agent use
+(:func:`loader.search.search`, :func:`loader.answer.single.answer_question`,
+:class:`loader.answer.tools.Toolbox`, :mod:`loader.graph.catalogue`) and returns a JSON-ready
+dict. Failures are one of two :class:`~loader.errors.PgkbError` kinds the servers map to their
+protocol: :class:`~loader.serve.arguments.BadRequest` (the caller can fix the arguments) and
+:class:`Unavailable` (the database cannot be reached; the pool reconnects by itself when it is
+back). The model runs one call at a time, a query before the next slice of a batch
+(:class:`~loader.serve.turns.ModelTurns`).
 
 The scope: with ``category`` set, every call passes it to the SQL functions as their filter
 (``kb.hybrid_search``'s filters, ``kb.document_list``, ``kb.find_documents``,
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -40,9 +41,9 @@ from loader.answer.reading import Refusal, document_infos, read_document
 from loader.answer.single import answer_question
 from loader.answer.tools import MAX_GRAPH_DEPTH, MAX_GRAPH_LIMIT, Toolbox, ToolRefusal
 from loader.db import queries
-from loader.db.connect import connect, database_url, privilege_error, register_vector
+from loader.db.connect import connect, database_url, privilege_error
 from loader.db.migrations import check_schema
-from loader.db.session import scope_session
+from loader.db.session import read_only_configurer, scope_session
 from loader.errors import (
     ConfigError,
     DatabaseError,
@@ -50,7 +51,6 @@ from loader.errors import (
     PgkbError,
     SqlState,
 )
-from loader.filters import check_collection
 from loader.graph.catalogue import (
     AmbiguousDocument,
     DocumentNotFound,
@@ -60,129 +60,55 @@ from loader.graph.catalogue import (
 from loader.providers.chat import ChatClient
 from loader.providers.embeddings import get_embedder
 from loader.search import MODES, search
+from loader.serve.arguments import (
+    LIST_LIMIT,
+    MAX_EMBED_INPUTS,
+    MAX_LIST_LIMIT,
+    MAX_NEIGHBOURS,
+    MAX_QUERY_CHARS,
+    MAX_READ_TOKENS,
+    MAX_SEARCH_LIMIT,
+    MIN_READ_TOKENS,
+    READ_TOKENS,
+    BadRequest,
+    bounded_int,
+    call_collections,
+    collections_hint,
+    embedding_inputs,
+    parse_document_ids,
+    surrogate_path,
+    text_argument,
+)
+from loader.serve.turns import ModelTurns
 from loader.settings import Settings
+
+__all__ = [  # the request checks moved to loader.serve.arguments: importable here as before
+    "LIST_LIMIT",
+    "MAX_EMBED_INPUTS",
+    "MAX_LIST_LIMIT",
+    "MAX_NEIGHBOURS",
+    "MAX_QUERY_CHARS",
+    "MAX_READ_TOKENS",
+    "MAX_SEARCH_LIMIT",
+    "MIN_READ_TOKENS",
+    "READ_TOKENS",
+    "BadRequest",
+    "KnowledgeService",
+    "ModelTurns",
+    "Unavailable",
+    "parse_document_ids",
+    "surrogate_path",
+]
 
 log = logging.getLogger(__name__)
 
-MAX_SEARCH_LIMIT = 50
-MAX_LIST_LIMIT = 1000
-LIST_LIMIT = 200
-READ_TOKENS = 4000
-MAX_READ_TOKENS = 20_000
-MIN_READ_TOKENS = 200
-MAX_NEIGHBOURS = 10
 GRAPH_TOKENS = 6000
-MAX_EMBED_INPUTS = 256
 EMBED_SLICE = 16
 """``/v1/embeddings`` embeds its inputs this many at a time, so a search waits at most one slice."""
-MAX_QUERY_CHARS = 4000
-
-
-class BadRequest(PgkbError):
-    """An argument the caller can fix (HTTP 400, an MCP tool error)."""
 
 
 class Unavailable(DatabaseError):
     """The database cannot be reached now (HTTP 503); later calls reconnect."""
-
-
-def _bounded(name: str, value: int | None, low: int, high: int, default: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"{name} must be an integer from {low} to {high}, got {value!r}")
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be from {low} to {high}, got {value}")
-    return value
-
-
-def surrogate_path(value: Any, path: str = "") -> str | None:
-    """Where in a decoded JSON value a string holds a lone surrogate (``"\\ud800"`` is valid
-    JSON, but no Unicode text, so neither the model nor PostgreSQL can take it): ``query``,
-    ``input[3]``, ``metadata.team``; None when there is none."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path or "the value"
-        return None
-    if isinstance(value, dict):
-        items: Any = ((f"{path}.{k}" if path else str(k), k, v) for k, v in value.items())
-        for where, key, item in items:
-            found = surrogate_path(key, where) or surrogate_path(item, where)
-            if found:
-                return found
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            found = surrogate_path(item, f"{path}[{i}]")
-            if found:
-                return found
-    return None
-
-
-def _text(name: str, value: Any, limit: int = MAX_QUERY_CHARS) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise BadRequest(f"{name} must be a non-empty string")
-    if len(value) > limit:
-        raise BadRequest(f"{name} is {len(value)} characters long; at most {limit} are accepted")
-    if surrogate_path(value, name):
-        raise BadRequest(f"{name} holds a lone surrogate (\\ud800-\\udfff), which is not text")
-    return value.strip()
-
-
-def _configurer(settings: Settings) -> Callable[[psycopg.Connection[Any]], None]:
-    def configure(conn: psycopg.Connection[Any]) -> None:
-        """A new pooled connection: autocommit, every transaction read-only, pgvector's types,
-        the served collections (``--collection``) as the session's."""
-        conn.autocommit = True
-        conn.execute(queries.SESSION_READ_ONLY)
-        conn.read_only = True
-        scope_session(conn, settings)
-        register_vector(conn)
-
-    return configure
-
-
-class ModelTurns:
-    """Whose turn it is to run the model: one call at a time (two cores: two calls at once
-    would only slow each other), and a query (a search's or a question's embedding, short)
-    before the next slice of a batch (``/v1/embeddings``), so a large batch delays a search by
-    one slice, not by the whole batch. Queries are served in no particular order among
-    themselves; a batch waits while queries keep coming."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._busy = False
-        self._queries = 0
-
-    @contextmanager
-    def query(self) -> Iterator[None]:
-        with self._cond:
-            self._queries += 1
-            try:
-                self._cond.wait_for(lambda: not self._busy)
-            finally:
-                self._queries -= 1
-            self._busy = True
-        try:
-            yield
-        finally:
-            self._release()
-
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._busy and self._queries == 0)
-            self._busy = True
-        try:
-            yield
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        with self._cond:
-            self._busy = False
-            self._cond.notify_all()
 
 
 class KnowledgeService:
@@ -214,7 +140,7 @@ class KnowledgeService:
             min_size=1,
             max_size=max(1, pool_size),
             kwargs={"connect_timeout": 5, "application_name": "pgkb serve"},
-            configure=_configurer(settings),
+            configure=read_only_configurer(settings),
             check=ConnectionPool.check_connection,
             timeout=wait_timeout,
             reconnect_timeout=24 * 3600,
@@ -278,27 +204,7 @@ class KnowledgeService:
 
     def _collections(self, collections: Sequence[str] | None) -> tuple[str, ...]:
         """A call's ``collections``, checked: valid names, within the served ones."""
-        if collections is None:
-            return ()
-        if isinstance(collections, str) or not isinstance(collections, Sequence):
-            raise BadRequest('collections must be a list of collection names, e.g. ["hr"]')
-        if len(collections) > 100:
-            raise BadRequest("collections may name at most 100 collections")
-        try:
-            names = tuple(
-                dict.fromkeys(check_collection(c, where="collections") for c in collections)
-            )
-        except ConfigError as exc:
-            raise BadRequest(exc.message) from None
-        served = self.settings.collection_names()
-        outside = [n for n in names if served and n not in served]
-        if outside:
-            raise BadRequest(
-                f"this server serves collections {', '.join(served)}; {', '.join(outside)} "
-                "is not available",
-                hint="leave collections out, or start another server for that collection",
-            )
-        return names
+        return call_collections(collections, self.settings.collection_names())
 
     @contextmanager
     def connection(
@@ -348,16 +254,10 @@ class KnowledgeService:
             raise BadRequest(exc.message, hint=self._collections_hint()) from None
 
     def _collections_hint(self) -> str:
-        """What a client asking for a collection it may not read can do, in its own terms (an
-        agent or a service runs no command line): the collections it may ask for."""
         try:
-            names = self.readable_collections()
+            return collections_hint(self.readable_collections())
         except PgkbError:
-            names = []
-        return (
-            f"the collections this server may read: {', '.join(names) or 'none'}; name one of "
-            "them, or leave collections out"
-        )
+            return collections_hint([])
 
     def _scope(self, category: str | None) -> str | None:
         asked = category.strip() if isinstance(category, str) and category.strip() else None
@@ -395,17 +295,7 @@ class KnowledgeService:
         """Vectors of ``texts`` with the knowledge base's model (as passages, or as queries:
         with the model's query prompt, each a query's turn), and their token count
         (``/v1/embeddings``): :data:`EMBED_SLICE` texts at a time, each slice a batch's turn."""
-        if not texts:
-            raise BadRequest("input is empty: give a string or a list of strings")
-        if len(texts) > MAX_EMBED_INPUTS:
-            raise BadRequest(f"at most {MAX_EMBED_INPUTS} inputs per request, got {len(texts)}")
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise BadRequest(f"input[{i}] must be a string (token arrays are not accepted)")
-            if not text:
-                raise BadRequest(f"input[{i}] is an empty string")
-            if surrogate_path(text):
-                raise BadRequest(f"input[{i}] holds a lone surrogate (\\ud800-\\udfff)")
+        embedding_inputs(texts)
         vectors: list[list[float]] = []
         if query:
             for text in texts:
@@ -437,14 +327,14 @@ class KnowledgeService:
     ) -> dict[str, Any]:
         """The best chunks for ``query`` (kb.hybrid_search, kb.vector_search, kb.keyword_search);
         ``rerank`` as :func:`loader.search.search` takes it (None: when a reranker is set)."""
-        text = _text("query", query)
+        text = text_argument("query", query)
         if mode not in MODES:
             raise BadRequest(f"unknown mode {mode!r}; use one of: {', '.join(MODES)}")
-        count = _bounded("limit", limit, 1, MAX_SEARCH_LIMIT, self.settings.match_count)
+        count = bounded_int("limit", limit, 1, MAX_SEARCH_LIMIT, self.settings.match_count)
         scope = self._scope(category)
         filters: dict[str, Any] = {}
         if source is not None:
-            filters["source"] = _text("source", source, 1000)
+            filters["source"] = text_argument("source", source, 1000)
         if metadata is not None:
             if not isinstance(metadata, Mapping):
                 raise BadRequest('metadata must be a JSON object, e.g. {"team": "hr"}')
@@ -506,7 +396,7 @@ class KnowledgeService:
         it through (:class:`loader.answer.stream.CheckedStream`); the pieces it receives add up
         to the returned ``answer`` (an answer settled without a model reply comes in one
         piece). ``progress``: a line per stage (search, each of the agent's steps)."""
-        text = _text("question", question)
+        text = text_argument("question", question)
         scope = self._scope(category)
         sent: list[str] = []
 
@@ -548,7 +438,8 @@ class KnowledgeService:
 
     def _document_id(self, conn: psycopg.Connection[Any], ref: str, scope: str | None) -> str:
         try:
-            return find_document(conn, _text("document", ref, 2000), filters=self._filters(scope))
+            ref = text_argument("document", ref, 2000)
+            return find_document(conn, ref, filters=self._filters(scope))
         except DocumentNotFound as exc:  # not found: the hint names the command line's list
             hint = (
                 exc.hint
@@ -569,7 +460,9 @@ class KnowledgeService:
     ) -> dict[str, Any]:
         """A document (named by id, source, or the end of its source) or a chunk range of it;
         what does not fit ``max_tokens`` comes back as its outline (kb.read_document)."""
-        budget = _bounded("max_tokens", max_tokens, MIN_READ_TOKENS, MAX_READ_TOKENS, READ_TOKENS)
+        budget = bounded_int(
+            "max_tokens", max_tokens, MIN_READ_TOKENS, MAX_READ_TOKENS, READ_TOKENS
+        )
         scope = self._scope(category)
         with self.connection(collections) as conn:
             doc_id = uuid.UUID(self._document_id(conn, document, scope))
@@ -598,12 +491,12 @@ class KnowledgeService:
     ) -> dict[str, Any]:
         """The chunk with up to ``before``/``after`` chunks around it in its document
         (kb.neighbor_chunks, the document checked against the scope in SQL)."""
-        chunk = _bounded("chunk_id", chunk_id, 1, 2**63 - 1, 0)
+        chunk = bounded_int("chunk_id", chunk_id, 1, 2**63 - 1, 0)
         scope = self._scope(category)
         params = {
             "chunk_id": chunk,
-            "before": _bounded("before", before, 0, MAX_NEIGHBOURS, 1),
-            "after": _bounded("after", after, 0, MAX_NEIGHBOURS, 1),
+            "before": bounded_int("before", before, 0, MAX_NEIGHBOURS, 1),
+            "after": bounded_int("after", after, 0, MAX_NEIGHBOURS, 1),
             "filters": json.dumps(self._filters(scope)),
         }
         with self.connection(collections) as conn, conn.cursor(row_factory=dict_row) as cur:
@@ -644,13 +537,13 @@ class KnowledgeService:
         """Documents around a document, matching a query, or the most connected ones
         (kb.explore_graph within the scope)."""
         scope = self._scope(category)
-        args: dict[str, Any] = {"limit": _bounded("limit", limit, 1, MAX_GRAPH_LIMIT, 15)}
+        args: dict[str, Any] = {"limit": bounded_int("limit", limit, 1, MAX_GRAPH_LIMIT, 15)}
         if depth is not None:  # only what was given: a default would be noted as "ignored"
-            args["depth"] = _bounded("depth", depth, 1, MAX_GRAPH_DEPTH, 1)
+            args["depth"] = bounded_int("depth", depth, 1, MAX_GRAPH_DEPTH, 1)
         if relation_types:
             args["relation_types"] = list(relation_types)
         if query is not None:
-            args["query"] = _text("query", query)
+            args["query"] = text_argument("query", query)
         with self.connection(collections) as conn:
             if document is not None:
                 args["document_id"] = self._document_id(conn, document, scope)
@@ -669,7 +562,7 @@ class KnowledgeService:
     ) -> dict[str, Any]:
         """The catalogue: each document's id, title, source, type, summary, key entities and
         counts (kb.document_list within the scope), by title."""
-        count = _bounded("limit", limit, 1, MAX_LIST_LIMIT, LIST_LIMIT)
+        count = bounded_int("limit", limit, 1, MAX_LIST_LIMIT, LIST_LIMIT)
         scope = self._scope(category)
         with self.connection(collections) as conn:
             rows = list_documents(conn, scope, count + 1)
@@ -703,16 +596,3 @@ class KnowledgeService:
         if detail:
             status["detail"] = detail
         return status
-
-
-def parse_document_ids(values: Sequence[Any] | None) -> list[str] | None:
-    """Document ids as text, each checked to be a UUID (:class:`BadRequest` otherwise)."""
-    if not values:
-        return None
-    out = []
-    for value in values:
-        try:
-            out.append(str(uuid.UUID(str(value))))
-        except ValueError:
-            raise BadRequest(f"document id {value!r} is not a UUID") from None
-    return out

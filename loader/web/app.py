@@ -18,29 +18,24 @@ API.
 Every page runs its database work on a worker thread through the service's pool (read-only
 connections in the served scope), renders a template with autoescaping, and goes out with a
 Content-Security-Policy that allows scripts, styles and connections from this server only and
-no inline script.
+no inline script. A page's address is checked by :mod:`loader.web.params`, its response made by
+:mod:`loader.web.render`; the status page's doctor checks are kept by
+:mod:`loader.web.doctor_runs`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import functools
 import json
 import logging
 import queue
-import re
 import threading
 import time
 import urllib.parse
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
-import jinja2
-import psycopg
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
@@ -50,16 +45,45 @@ from loader.answer.single import answer_question
 from loader.errors import DatabaseError, PgkbError
 from loader.filters import SearchFilters
 from loader.graph.catalogue import DocumentNotFound, show_document
-from loader.ops.doctor import run_checks
 from loader.serve.streaming import ClientGone
 from loader.web import auth, reads
+from loader.web.doctor_runs import DoctorRuns
 from loader.web.graph_svg import layout
+from loader.web.params import (
+    PageError,
+    ask_form,
+    parse_uuid,
+    query_choice,
+    query_int,
+    query_text,
+    safe_next,
+    search_form,
+)
+from loader.web.render import (
+    STATIC,
+    Static,
+    answer_pieces,
+    environment,
+    error_page,
+    secure,
+    set_cookie,
+    url,
+)
+
+__all__ = [  # moved to loader.web.render and loader.web.params: importable here as before
+    "FORM_PATHS",
+    "WebUI",
+    "answer_pieces",
+    "error_page",
+    "is_web_path",
+    "safe_next",
+    "secure",
+    "url",
+    "wants_page",
+    "web_routes",
+]
 
 log = logging.getLogger(__name__)
-
-HERE = Path(__file__).parent
-TEMPLATES = HERE / "templates"
-STATIC = HERE / "static"
 
 PAGE_PREFIXES = ("/documents/", "/static/")
 PAGE_PATHS = frozenset(
@@ -69,22 +93,6 @@ PAGE_PATHS = frozenset(
 FORM_PATHS = frozenset({"/signin", "/signout"})
 """The pages whose POST carries a form (``application/x-www-form-urlencoded``), not JSON: they
 check the form's CSRF value and the request's origin themselves."""
-
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
-SECURITY_HEADERS = {
-    "Content-Security-Policy": CSP,
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "same-origin",
-    "Cross-Origin-Opener-Policy": "same-origin",
-}
-DOCTOR_SECONDS = 300.0
-"""How long the status page shows a run of ``pgkb doctor``'s checks before it runs them again
-(in the background; ``?recheck=1`` runs them at once)."""
-MAX_QUERY = 2000
 
 
 def is_web_path(path: str) -> bool:
@@ -99,131 +107,6 @@ def wants_page(path: str, accept: str) -> bool:
     if is_web_path(path):
         return True
     return "text/html" in accept and not path.startswith(("/v1/", "/healthz"))
-
-
-TITLES = {
-    404: "Not found",
-    405: "Not allowed",
-    408: "Too slow",
-    413: "Too large",
-    415: "Not a form or JSON",
-    421: "Wrong address",
-    500: "Internal error",
-    503: "Busy",
-}
-
-
-def error_page(status: int, message: str, hint: str = "") -> Response:
-    """An error as a page of the web interface (the server's own words, never a traceback),
-    for the errors no page handled: an unknown address, a method, an unexpected failure."""
-    html = _shared_environment().get_template("error.html").render(
-        request_path="", signed_in=False, signout_csrf="", scope="", section="",
-        title=TITLES.get(status, "Error"), message=message, hint=hint,
-    )  # fmt: skip
-    return secure(HTMLResponse(html, status_code=status))
-
-
-@functools.cache
-def _shared_environment() -> Any:
-    return _environment()
-
-
-def _environment() -> Any:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        autoescape=True,  # every template, whatever its name
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["age"] = reads.age
-    env.filters["thousands"] = lambda n: "" if n is None else f"{int(n):,}"
-    env.filters["type_label"] = lambda t: str(t or "").replace("_", " ")
-    env.filters["paragraphs"] = _paragraphs
-    env.filters["plural"] = lambda n, word: f"{n:,} {word}{'' if n == 1 else 's'}"
-    env.filters["bytes"] = _bytes
-    env.globals["url"] = url
-    env.globals["type_colour"] = lambda t: TYPE_CLASS.get(t, "general")
-    return env
-
-
-TYPE_CLASS = {t: t for t in reads.DOC_TYPES}
-
-
-def url(path: str, params: dict[str, Any] | None = None, fragment: str = "") -> str:
-    """``path`` with ``params`` as its query string (None and "" left out)."""
-    items: list[tuple[str, str]] = []
-    for key, value in (params or {}).items():
-        if value is None or value == "":
-            continue
-        if isinstance(value, list | tuple):
-            items.extend((key, str(v)) for v in value if v not in (None, ""))
-        else:
-            items.append((key, str(value)))
-    query = urllib.parse.urlencode(items)
-    return path + ("?" + query if query else "") + ("#" + fragment if fragment else "")
-
-
-def _paragraphs(text: str) -> list[str]:
-    parts = [p.strip() for p in re.split(r"\n\s*\n", text or "")]
-    return [p for p in parts if p]
-
-
-def _bytes(n: Any) -> str:
-    value = float(n or 0)
-    for unit in ("B", "kB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TB"
-
-
-class PageError(Exception):
-    """A page that cannot be shown: its status, a title and what to do."""
-
-    def __init__(self, status: int, title: str, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.status, self.title, self.message, self.hint = status, title, message, hint
-
-
-def _int(request: Request, name: str, low: int, high: int, default: int | None) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise PageError(400, "Bad address", f"{name} must be a whole number, got {raw!r}") from None
-    if not low <= value <= high:
-        raise PageError(400, "Bad address", f"{name} must be from {low} to {high}, got {value}")
-    return value
-
-
-def _text(request: Request, name: str, limit: int = MAX_QUERY) -> str | None:
-    raw = request.query_params.get(name)
-    if raw is None or not raw.strip():
-        return None
-    if len(raw) > limit:
-        raise PageError(400, "Bad address", f"{name} is longer than {limit} characters")
-    return raw.strip()
-
-
-def _choice(request: Request, name: str, allowed: Sequence[str], default: str | None) -> Any:
-    raw = _text(request, name, 100)
-    if raw is None:
-        return default
-    if raw not in allowed:
-        raise PageError(
-            400, "Bad address", f"{name} must be one of {', '.join(allowed)}, got {raw!r}"
-        )
-    return raw
-
-
-def _uuid(value: str, what: str = "document id") -> str:
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise PageError(404, "No such document", f"{value!r} is not a {what}") from None
 
 
 class Step:
@@ -241,22 +124,6 @@ class Step:
             steps.append((self.name, (time.perf_counter() - self.began) * 1000))
 
 
-def safe_next(value: str | None) -> str:
-    """A path on this server to go back to after signing in (never another site's)."""
-    if not value or not value.startswith("/") or value.startswith(("//", "/\\")):
-        return "/"
-    if any(c in value for c in "\r\n\\"):
-        return "/"
-    return value
-
-
-@dataclasses.dataclass
-class _DoctorRun:
-    checks: list[Any]
-    at: float
-    error: str | None = None
-
-
 class WebUI:
     """The pages of one server: its service, its sign-in rules, its templates."""
 
@@ -264,10 +131,8 @@ class WebUI:
         self.service = service
         self.sessions = auth.Sessions(token) if token else None
         self.stale_days = service.settings.stale_days if stale_days is None else stale_days
-        self.env = _environment()
-        self._doctor: _DoctorRun | None = None
-        self._doctor_lock = threading.Lock()
-        self._doctor_running = False
+        self.env = environment()
+        self.doctor = DoctorRuns(service.settings)
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -286,7 +151,7 @@ class WebUI:
             Route("/signin", self._secured(self.signin), methods=["POST"]),
             Route("/signout", self._secured(self.signout), methods=["POST"]),
             Route("/favicon.ico", self._secured(self.favicon), methods=["GET"]),
-            Mount("/static", app=_Static(StaticFiles(directory=str(STATIC))), name="static"),
+            Mount("/static", app=Static(StaticFiles(directory=str(STATIC))), name="static"),
         ]
 
     def signed_in(self, request: Request) -> bool:
@@ -399,12 +264,12 @@ class WebUI:
 
     def documents(self, request: Request) -> tuple[str, dict[str, Any]]:
         query = reads.ListQuery(
-            collection=_text(request, "collection", 200),
-            category=_text(request, "category", 200),
-            doc_type=_choice(request, "type", reads.DOC_TYPES, None),
-            words=_text(request, "q", 500),
-            sort=_choice(request, "sort", ("title", "updated"), "title"),
-            page=_int(request, "page", 1, 1_000_000, 1) or 1,
+            collection=query_text(request, "collection", 200),
+            category=query_text(request, "category", 200),
+            doc_type=query_choice(request, "type", reads.DOC_TYPES, None),
+            words=query_text(request, "q", 500),
+            sort=query_choice(request, "sort", ("title", "updated"), "title"),
+            page=query_int(request, "page", 1, 1_000_000, 1) or 1,
         )
         if query.category and self.service.category and query.category != self.service.category:
             raise PageError(
@@ -415,7 +280,7 @@ class WebUI:
                 conn, query, category_scope=self.service.category, stale_days=self.stale_days
             )
             runs = reads.ingest_activity(conn, 10)
-        failures = _open_failures(runs)
+        failures = reads.open_failures(runs)
         return "documents.html", {
             "section": "documents",
             "query": query,
@@ -427,10 +292,10 @@ class WebUI:
         }
 
     def document(self, request: Request) -> tuple[str, dict[str, Any]]:
-        document_id = _uuid(request.path_params["document_id"])
-        start = _int(request, "start", 0, 10_000_000, None)
-        end = _int(request, "end", 0, 10_000_000, None)
-        chunk = _int(request, "chunk", 0, 10_000_000, None)
+        document_id = parse_uuid(request.path_params["document_id"])
+        start = query_int(request, "start", 0, 10_000_000, None)
+        end = query_int(request, "end", 0, 10_000_000, None)
+        chunk = query_int(request, "chunk", 0, 10_000_000, None)
         if start is not None and end is not None and end < start:
             raise PageError(400, "Bad address", f"end ({end}) is before start ({start})")
         if chunk is not None and start is None:
@@ -460,9 +325,9 @@ class WebUI:
     # -- the graph ------------------------------------------------------------------------------
 
     def graph(self, request: Request) -> tuple[str, dict[str, Any]]:
-        doc = _text(request, "doc", 100)
-        start = _uuid(doc) if doc else None
-        depth = _int(request, "depth", 1, 3, 1) or 1
+        doc = query_text(request, "doc", 100)
+        start = parse_uuid(doc) if doc else None
+        depth = query_int(request, "depth", 1, 3, 1) or 1
         types = request.query_params.getlist("type")
         bad = [t for t in types if t not in reads.RELATION_TYPES]
         if bad:
@@ -500,50 +365,12 @@ class WebUI:
 
     # -- search and ask -------------------------------------------------------------------------
 
-    def _search_form(self, request: Request) -> dict[str, Any]:
-        meta_raw = _text(request, "meta", 1000)
-        metadata: dict[str, str] | None = None
-        if meta_raw:
-            metadata = {}
-            for item in meta_raw.split(","):
-                key, sep, value = item.partition("=")
-                if not sep or not key.strip():
-                    raise PageError(
-                        400, "Bad filter", f"metadata filter {item.strip()!r} is not key=value",
-                        "write key=value, several separated by commas: team=hr, year=2024",
-                    )  # fmt: skip
-                metadata[key.strip()] = value.strip()
-        similarity_raw = _text(request, "min_similarity", 20)
-        similarity = None
-        if similarity_raw is not None:
-            try:
-                similarity = float(similarity_raw)
-            except ValueError:
-                raise PageError(
-                    400, "Bad filter", f"minimum similarity must be a number, got "
-                    f"{similarity_raw!r}",
-                ) from None  # fmt: skip
-        doc = _text(request, "doc", 100)
-        return {
-            "q": _text(request, "q") or "",
-            "mode": _choice(request, "mode", ("hybrid", "vector", "keyword"), "hybrid"),
-            "limit": _int(request, "limit", 1, 50, 10),
-            "category": _text(request, "category", 200),
-            "collection": _text(request, "collection", 200),
-            "source": _text(request, "source", 1000),
-            "meta": meta_raw or "",
-            "metadata": metadata,
-            "min_similarity": similarity,
-            "min_similarity_raw": similarity_raw or "",
-            "doc": _uuid(doc) if doc else None,
-        }
-
     def _facets(self) -> dict[str, list[reads.Facet]]:
         with self.service.connection() as conn:
             return reads.document_facets(conn, category_scope=self.service.category)
 
     def search(self, request: Request) -> tuple[str, dict[str, Any]]:
-        form = self._search_form(request)
+        form = search_form(request)
         facets = self._facets()
         hits: list[dict[str, Any]] = []
         marks: list[list[tuple[str, bool]]] = []
@@ -576,13 +403,6 @@ class WebUI:
             "doc_title": doc_title,
         }
 
-    def _ask_form(self, request: Request) -> dict[str, Any]:
-        return {
-            "q": _text(request, "q") or "",
-            "category": _text(request, "category", 200),
-            "collection": _text(request, "collection", 200),
-        }
-
     def _answer(self, form: dict[str, Any], on_text: Callable[[str], None] | None) -> Any:
         service = self.service
         category = form["category"]
@@ -607,7 +427,7 @@ class WebUI:
             )
 
     def ask(self, request: Request) -> tuple[str, dict[str, Any]]:
-        form = self._ask_form(request)
+        form = ask_form(request)
         answer = self._answer(form, None) if form["q"] else None
         return "ask.html", {
             "section": "ask",
@@ -622,7 +442,7 @@ class WebUI:
         """Server-sent events: ``text`` for each piece the chat model writes, then ``done`` with
         the checked answer's HTML (or ``failed`` with a message)."""
         try:
-            form = self._ask_form(request)
+            form = ask_form(request)
         except PageError as exc:
             return secure(Response(exc.message, status_code=400))
         if not form["q"]:
@@ -673,44 +493,9 @@ class WebUI:
 
     # -- status -----------------------------------------------------------------------------------
 
-    def _run_doctor(self) -> None:
-        """Run ``pgkb doctor``'s checks as the server's role and keep the result (or why they
-        could not run: a ``--read`` role may not read what some checks read)."""
-        try:
-            run = _DoctorRun(run_checks(self.service.settings), time.time())
-        except (PgkbError, psycopg.Error) as exc:
-            message = exc.message if isinstance(exc, PgkbError) else str(exc).strip()
-            run = _DoctorRun([], time.time(), message.splitlines()[0] if message else "error")
-        except Exception:
-            log.exception("pgkb doctor's checks failed")
-            run = _DoctorRun([], time.time(), "internal error; the server log has the details")
-        with self._doctor_lock:
-            self._doctor = run
-            self._doctor_running = False
-
-    def _doctor_checks(self, recheck: bool) -> _DoctorRun | None:
-        """The last run of the checks; a new one when asked (``recheck``) or the first time
-        (waited for), or in the background when the last is older than :data:`DOCTOR_SECONDS`."""
-        with self._doctor_lock:
-            current = self._doctor
-            stale = current is None or time.time() - current.at > DOCTOR_SECONDS
-            start = (recheck or stale) and not self._doctor_running
-            if start:
-                self._doctor_running = True
-        if start and (recheck or current is None):
-            self._run_doctor()
-        elif start:
-            threading.Thread(target=self._run_doctor, name="pgkb-web-doctor", daemon=True).start()
-        with self._doctor_lock:
-            return self._doctor
-
     def warm(self) -> None:
         """Run the doctor's checks in the background once, so the first status page has them."""
-        with self._doctor_lock:
-            if self._doctor_running or self._doctor is not None:
-                return
-            self._doctor_running = True
-        threading.Thread(target=self._run_doctor, name="pgkb-web-doctor", daemon=True).start()
+        self.doctor.warm()
 
     def status(self, request: Request) -> tuple[str, dict[str, Any]]:
         recheck = request.query_params.get("recheck") == "1"
@@ -723,7 +508,7 @@ class WebUI:
             runs = reads.ingest_activity(conn, 10)
         if served:  # a role that reads more (the owner) serving some: the others are not shown
             collections = [c for c in collections if c["name"] in served]
-        doctor = self._doctor_checks(recheck)
+        doctor = self.doctor.checks(recheck)
         return "status.html", {
             "section": "status",
             "stats": stats,
@@ -749,7 +534,7 @@ class WebUI:
         response = self.render(
             request, "signin.html", status=status, csrf=value, next=target, message=message
         )
-        _cookie(request, response, auth.CSRF_COOKIE, value, auth.CSRF_SECONDS)
+        set_cookie(request, response, auth.CSRF_COOKIE, value, auth.CSRF_SECONDS)
         return response
 
     async def signin(self, request: Request) -> Response:
@@ -771,7 +556,7 @@ class WebUI:
             request.scope["query_string"] = urllib.parse.urlencode({"next": target}).encode()
             return await self.signin_form(request, "That is not this server's token.", status=401)
         response = RedirectResponse(target, 303)
-        _cookie(request, response, auth.SESSION_COOKIE, self.sessions.issue(),
+        set_cookie(request, response, auth.SESSION_COOKIE, self.sessions.issue(),
                 self.sessions.lifetime)  # fmt: skip
         response.delete_cookie(auth.CSRF_COOKIE, path="/")
         return response
@@ -793,90 +578,8 @@ class WebUI:
         return Response((STATIC / "favicon.svg").read_bytes(), media_type="image/svg+xml")
 
 
-def _open_failures(runs: Sequence[Any]) -> list[tuple[Any, dict[str, Any]]]:
-    """``(run, failure)`` of the sources the newest run over each set of paths could not
-    ingest: a later run over the same paths settles an earlier one's failures."""
-    seen: set[tuple[str, ...]] = set()
-    found: list[tuple[Any, dict[str, Any]]] = []
-    for run in runs:  # newest first
-        if run.finished_at is None:
-            continue
-        paths = tuple(sorted(run.paths))
-        if paths in seen:
-            continue
-        seen.add(paths)
-        found.extend((run, failure) for failure in run.failures)
-    return found
-
-
 def _utc(timestamp: float) -> Any:
     return datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
-
-
-def _cookie(request: Request, response: Response, name: str, value: str, age: int) -> None:
-    response.set_cookie(
-        name,
-        value,
-        max_age=age,
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
-
-
-def secure(response: Response) -> Response:
-    """The security headers every response of the web interface carries."""
-    for key, value in SECURITY_HEADERS.items():
-        response.headers.setdefault(key, value)
-    if response.media_type and response.media_type.startswith("text/html"):
-        response.headers.setdefault("Cache-Control", "no-store")
-    return response
-
-
-class _Static:
-    """The static files with the security headers and a day's caching."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        async def send_with_headers(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers") or [])
-                for key, value in SECURITY_HEADERS.items():
-                    headers.append((key.lower().encode(), value.encode()))
-                headers.append((b"cache-control", b"public, max-age=3600"))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
-
-
-def answer_pieces(answer: Any) -> list[tuple[str, str | None]]:
-    """The answer's text as ``(text, href)`` pieces: each ``[Title]`` of a cited passage becomes
-    a link to that passage in its document (href None: plain text)."""
-    text = str(answer.answer or "")
-    targets: dict[str, str] = {}
-    for passage in answer.citations:
-        targets.setdefault(
-            passage.title.strip().lower(),
-            url(f"/documents/{passage.document_id}", {"chunk": passage.chunk_index},
-                f"chunk-{passage.chunk_index}"),
-        )  # fmt: skip
-    pieces: list[tuple[str, str | None]] = []
-    at = 0
-    for match in re.finditer(r"\[([^\[\]\n]{1,300})\]", text):
-        href = targets.get(match.group(1).strip().lower())
-        if href is None:
-            continue
-        if match.start() > at:
-            pieces.append((text[at : match.start()], None))
-        pieces.append((match.group(0), href))
-        at = match.end()
-    if at < len(text):
-        pieces.append((text[at:], None))
-    return pieces
 
 
 def web_routes(service: Any, *, token: str | None, warm: bool = True) -> list[BaseRoute]:

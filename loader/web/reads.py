@@ -5,7 +5,8 @@ as typed values the templates render.
 Nothing here writes, and nothing reads a table directly: ``kb.document_page``,
 ``kb.document_facets``, ``kb.show_document``, ``kb.read_document``, ``kb.explore_graph``,
 ``kb.query_terms`` (for the highlighted terms), ``kb.collection_list``, ``kb.stats`` and
-``kb.ingest_activity``.
+``kb.ingest_activity`` (of whose runs :func:`open_failures` keeps the failures not settled
+since).
 """
 
 from __future__ import annotations
@@ -386,3 +387,19 @@ def age(when: datetime.datetime | None, now: datetime.datetime | None = None) ->
             n = seconds // size
             return f"{n} {unit}{'' if n == 1 else 's'} ago"
     return "just now"
+
+
+def open_failures(runs: Sequence[Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """``(run, failure)`` of the sources the newest run over each set of paths could not
+    ingest: a later run over the same paths settles an earlier one's failures."""
+    seen: set[tuple[str, ...]] = set()
+    found: list[tuple[Any, dict[str, Any]]] = []
+    for run in runs:  # newest first
+        if run.finished_at is None:
+            continue
+        paths = tuple(sorted(run.paths))
+        if paths in seen:
+            continue
+        seen.add(paths)
+        found.extend((run, failure) for failure in run.failures)
+    return found

@@ -155,9 +155,15 @@ def test_scale(pg_url: str, source: str, corpus_1000: Any, tmp_path: Path, capfd
 
 def test_ingest(pg_url: str, pages: Path, tmp_path: Path, capfd: Any) -> None:
     path = tmp_path / "ingest.json"
-    record = bench(f"ingest --corpus {pages} --server {pg_url} --json {path}")
+    record = bench(f"ingest --corpus {pages} --server {pg_url} --watch-rounds 2 --json {path}")
     check_record(record, path, "ingest", capfd)
     f = record["figures"]
+    watched = f["watch"]["changes_s"]  # the watcher saw each change, timed from its write
+    assert {kind: w["n"] for kind, w in watched.items()} == {
+        "new file": 2, "atomic save": 2, "deletion": 1
+    }  # fmt: skip
+    assert all(0 < w["min"] <= w["median"] <= w["max"] for w in watched.values())
+    assert f["watch"]["batch_stages_median_s"]["total"] > 0
     assert f["files"] == len(list(pages.iterdir())) and f["failed"] == 0
     assert f["chunks"] == f["chunks_stored"] > 0 and f["first"]["chunks_per_s"] > 0
     assert f["no_change"] == {**f["no_change"], "unchanged": f["files"], "parsed": 0, "embedded": 0}

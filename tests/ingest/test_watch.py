@@ -26,7 +26,7 @@ pytestmark = pytest.mark.model
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 60.0
 """Seconds a change may take to show (generous: the machine may be loaded; speed is measured by
-bench/watch_latency.py, its figures are in docs/measurements/ingest.md)."""
+the watch rounds of ``python -m bench ingest``, its figures are in docs/measurements/ingest.md)."""
 
 
 class Watch:

@@ -16,7 +16,8 @@ from loader.db.connect import connect
 from loader.errors import ModelMismatchError, PgkbError
 from loader.ingest.pipeline import ingest_paths
 from loader.ops.models import reembed
-from loader.providers.embeddings import ensure_model, get_embedder
+from loader.providers.embeddings import get_embedder
+from loader.providers.registry import ensure_model
 from loader.search import search
 from loader.settings import Settings, load_settings
 from tests.fake_openai import FakeOpenAI, Reply

@@ -5,7 +5,13 @@ interrupted tune leaves the active model serving and resumes."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +23,7 @@ from loader.cli import cli
 from loader.db.connect import connect
 from loader.evaluation.harness import evaluate_questions
 from loader.ingest.pipeline import ingest_paths
-from loader.ops.models import find_model, model_settings
+from loader.ops.models import activate, find_model, model_settings
 from loader.ops.tune import PairSources, tune
 from loader.ops.tune_train import PROVENANCE, TrainOptions
 from loader.settings import Settings, load_settings
@@ -28,6 +34,11 @@ VOCAB = [w for w in WORDS if len(w) > 3][:20]
 ASKED = [w for w in WORDS if len(w) > 3][20:]
 """The probe questions' words: none in a document, so no training pair resembles a question and
 every gate set leaves the pairs (and so the tuned model) as they are."""
+PLAIN = PairSources(negatives=False)
+"""The gate's test trains on in-batch negatives only: with hard negatives the tiny model moves
+every probe question, and the test needs some it leaves in place."""
+ONE_STEP = TrainOptions(max_steps=1, batch_size=256)
+"""One step over every pair (a bounded tune trains on a seeded sample of steps x batch size)."""
 OPTIONS = TrainOptions(
     seed=0, epochs=3, max_steps=12, batch_size=8, learning_rate=5e-3, max_seq_length=32
 )
@@ -37,11 +48,15 @@ OPTIONS = TrainOptions(
 def tiny_kb(db_url: str, tmp_path: Path) -> Settings:
     """16 documents of the tiny model's words, each a title and two sections, ingested with a
     tiny local model (the active one)."""
+    return _tiny_kb(db_url, tmp_path, 16)
+
+
+def _tiny_kb(db_url: str, tmp_path: Path, documents: int) -> Settings:
     folder = build_sentence_model(tmp_path / "tiny", max_seq_length=64)
     root = tmp_path / "docs"
     root.mkdir()
     rng = random.Random(7)
-    for i in range(16):
+    for i in range(documents):
         title = " ".join(rng.sample(VOCAB, 2)).title()
         sentences = [" ".join(rng.sample(VOCAB, 8)).capitalize() + "." for _ in range(8)]
         heads = rng.sample(VOCAB, 2)
@@ -91,7 +106,7 @@ def test_tune_gate_refuses_a_loss_and_activates_without_one(
     base = settings.embedding_model
 
     # without a question set: trained, registered, filled, left inactive
-    report = tune(settings, PairSources(), OPTIONS)
+    report = tune(settings, PLAIN, OPTIONS)
     assert report.trained and not report.activated
     assert "no question set" in report.verdict
     tuned = report.model
@@ -146,15 +161,25 @@ def test_tune_gate_refuses_a_loss_and_activates_without_one(
     every = json.loads(candidates.read_text())
 
     losing = _write(tmp_path / "losing.json", [q for q in every if q["id"] in lost])
-    refused = tune(settings, PairSources(), OPTIONS, question_files=[losing])
+    refused = tune(settings, PLAIN, OPTIONS, question_files=[losing])
     assert not refused.trained  # the same request: the model is not trained again
     assert not refused.activated
     assert refused.sets[0].findings and "vector" in " ".join(refused.sets[0].findings)
     assert "loses on losing" in refused.verdict
     assert _models(settings) == {base: (True, 0), tuned: (False, 0)}
 
+    # --activate: the gate still runs and reports its loss, the model is activated anyway
+    forced = tune(settings, PLAIN, OPTIONS, question_files=[losing], force_activate=True)
+    assert not forced.trained and forced.activated
+    assert forced.sets[0].findings
+    assert "loses on losing: activated as asked (--activate)" in forced.verdict
+    assert _models(settings) == {base: (False, 0), tuned: (True, 0)}
+    with connect(str(settings.database_url)) as conn:  # back, as a user would
+        activate(conn, base, 32)
+    assert _models(settings) == {base: (True, 0), tuned: (False, 0)}
+
     steady = _write(tmp_path / "steady.json", [q for q in every if q["id"] in same])
-    accepted = tune(settings, PairSources(), OPTIONS, question_files=[steady])
+    accepted = tune(settings, PLAIN, OPTIONS, question_files=[steady])
     assert not accepted.trained and accepted.activated
     assert accepted.sets[0].passed
     assert _models(settings) == {base: (False, 0), tuned: (True, 0)}
@@ -170,16 +195,16 @@ def test_gate_questions_are_held_out_of_the_training_pairs(
         tmp_path / "q.json",
         [{"id": "t", "question": title[0] + "?", "kind": "exact", "sources": ["doc00.md"]}],
     )
-    plain = tune(tiny_kb, PairSources(), OPTIONS.__class__(max_steps=1, batch_size=8))
+    plain = tune(tiny_kb, PairSources(), ONE_STEP)
     held = tune(
         tiny_kb,
         PairSources(),
-        OPTIONS.__class__(max_steps=1, batch_size=8),
+        ONE_STEP,
         question_files=[questions],
     )
     assert plain.held_out == 0
     assert held.held_out >= 1
-    assert sum(held.pairs.values()) == sum(plain.pairs.values()) - held.held_out
+    assert held.available == plain.available - held.held_out  # of the pairs built
     assert held.model != plain.model  # other pairs: another model
 
 
@@ -248,6 +273,108 @@ def test_interrupted_tune_leaves_the_active_model_and_resumes(tiny_kb: Settings)
     again = CliRunner().invoke(cli, args, env=env)
     assert again.exit_code == 0, again.output
     assert f"{tuned}: no question set to gate it" in again.stdout
+    assert _models(settings) == {base: (True, 0), tuned: (False, 0)}
+    forced = CliRunner().invoke(cli, [*args, "--activate"], env=env)
+    assert forced.exit_code == 0, forced.output
+    assert f"{tuned}: no question set to gate it (--questions FILE): activated as asked" in (
+        forced.stdout
+    )
+    assert _models(settings) == {base: (False, 0), tuned: (True, 0)}
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    return {
+        "PGKB_DATABASE_URL": str(settings.database_url),
+        "PGKB_DATA_DIR": str(settings.data_dir),
+        "PGKB_EMBEDDING_PROVIDER": "local",
+        "PGKB_EMBEDDING_MODEL": settings.embedding_model,
+        "PGKB_EMBEDDING_DIMS": "32",
+        "PGKB_EMBEDDING_BATCH_SIZE": "1",  # one commit per chunk: a long re-embedding
+        "PGKB_CHUNK_OVERLAP": "0",
+    }
+
+
+def _searches(env: dict[str, str]) -> list[Any]:
+    """What pgkb search answers (chunks, scores) for a few questions, by hybrid and vector."""
+    found = []
+    for query in ("vacuum table rows", "btree range index", "backup restore wal"):
+        for mode in ("hybrid", "vector"):
+            result = CliRunner().invoke(cli, ["search", query, "--mode", mode, "--json"], env=env)
+            assert result.exit_code == 0, result.output
+            found.append(json.loads(result.stdout))
+    assert any(found)
+    return found
+
+
+def _run_until(
+    args: list[str],
+    env: dict[str, str],
+    log: Path,
+    ready: Callable[[], bool],
+    stop: signal.Signals,
+) -> int:
+    """Run ``pgkb models tune ARGS`` in its own process and send it ``stop`` once ``ready()``
+    holds; its exit code."""
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from loader.cli import main; main()", "models", "tune", *args],
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 600
+        while process.poll() is None and time.monotonic() < deadline and not ready():
+            time.sleep(0.05)
+        assert process.poll() is None, "the tune ended before the kill point: " + log.read_text()
+        process.send_signal(stop)
+        return process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_killed_tune_leaves_the_active_model_serving(db_url: str, tmp_path: Path) -> None:
+    """A real ``pgkb models tune`` process stopped by Ctrl-C (SIGINT) and killed (SIGKILL) while
+    it trains, and killed while it embeds the chunks with the tuned model: every search after
+    each answers exactly as before the tune, with the base model's vectors."""
+    settings = _tiny_kb(db_url, tmp_path, 100)  # a re-embedding long enough to be killed in
+    base = settings.embedding_model
+    env = _env(settings)
+    before = _searches(env)
+    log = tmp_path / "tune.log"
+    long = ["--epochs", "100", "--max-steps", "5000", "--batch-size", "8", "--max-seq-length", "32"]
+
+    def training() -> bool:
+        return "training: step 50 of" in log.read_text()
+
+    code = _run_until(long, env, log, training, signal.SIGINT)  # Ctrl-C while training
+    text = log.read_text()
+    assert code == 130, text
+    assert "interrupted: the active model still serves every search" in text
+    assert "Traceback" not in text
+    assert _models(settings) == {base: (True, 0)}
+    assert _searches(env) == before
+
+    code = _run_until(long, env, log, training, signal.SIGKILL)  # kill -9 while training
+    assert code == -signal.SIGKILL
+    assert _models(settings) == {base: (True, 0)}
+    assert _searches(env) == before
+
+    def embedding() -> bool:
+        with connect(str(settings.database_url)) as conn:
+            row = conn.execute(
+                "SELECT bool_or(NOT is_active AND embeddings > 0 AND missing > 0) FROM kb.models()"
+            ).fetchone()
+        return bool(row and row[0])
+
+    short = ["--max-steps", "2", "--batch-size", "8", "--max-seq-length", "32"]
+    code = _run_until(short, env, log, embedding, signal.SIGKILL)  # kill -9 while re-embedding
+    assert code == -signal.SIGKILL
+    models = _models(settings)
+    assert models[base] == (True, 0) and len(models) == 2
+    assert _searches(env) == before
 
 
 def test_tune_command_errors(cli_env: dict[str, str]) -> None:

@@ -10,9 +10,10 @@ import psycopg
 import pytest
 
 from loader.errors import ModelMismatchError, PgkbError
-from loader.providers.embeddings import Embedder, ensure_model, get_embedder
+from loader.providers.embeddings import Embedder, get_embedder
 from loader.providers.local import LocalEmbedder
 from loader.providers.openai_embeddings import OpenAIEmbedder
+from loader.providers.registry import ensure_model
 from loader.settings import Settings
 from tests.fake_openai import FakeOpenAI, Reply, fake_vector
 

@@ -43,6 +43,8 @@ LAZY = {
     "or the default model fetched where pip is missing (the query path loads none)",
     "trafilatura": "its date and URL libraries take a second; only when a web page is ingested",
     "watchfiles": "the file watcher's Rust extension and anyio: only for pgkb ingest --watch",
+    "prometheus_client": "only where a server keeps metrics (pgkb serve, pgkb mcp --http): "
+    "pgkb mcp over stdio starts without it",
     "opentelemetry": "optional: spans are sent only when the OpenTelemetry packages are installed",
 }
 """The libraries a function may import, with why (any other import goes at the top)."""
@@ -91,3 +93,18 @@ def test_the_command_line_loads_no_heavy_library() -> None:
     assert "loader.cli.main" in loaded and "click" in loaded
     assert sorted(name for name in HEAVY if name in loaded) == []
     assert [name for name in loaded if name.startswith(("loader.db", "loader.ops"))] == []
+
+
+def test_the_stdio_mcp_server_loads_no_metrics_library() -> None:
+    """``pgkb mcp`` over stdio keeps no metrics (only ``--http`` serves ``/metrics``): what it
+    imports to answer an agent (the server module, the SDK's server and stdio transport) leaves
+    prometheus_client out, and a server that keeps metrics loads it."""
+    code = (
+        "import sys, loader.serve.mcp, mcp.server.mcpserver, mcp.server.stdio\n"
+        "before = 'prometheus_client' in sys.modules\n"
+        "from loader.serve.metrics import Metrics\n"
+        "Metrics().close()\n"
+        "print(before, 'prometheus_client' in sys.modules)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert run.stdout.split() == ["False", "True"]

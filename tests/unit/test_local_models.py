@@ -14,8 +14,9 @@ import pytest
 from loader.errors import ConfigError, ModelMismatchError
 from loader.ingest.chunking import Chunker
 from loader.ingest.extract import Section
-from loader.providers.embeddings import chunk_size, ensure_model, get_embedder, reserved_tokens
+from loader.providers.embeddings import chunk_size, get_embedder, reserved_tokens
 from loader.providers.local import LocalEmbedder, model_folder
+from loader.providers.registry import ensure_model
 from loader.settings import Settings
 from tests.tiny_models import build_sentence_model
 

@@ -4,10 +4,14 @@ to the caller."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 import threading
 import types
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +76,48 @@ def test_no_fork_once_a_model_library_runs_here(
     prefetched = PrefetchedQuery(fake, "vacuum")  # type: ignore[arg-type]
     assert prefetched.embed_query("vacuum") == [6 / 7, -1 / 3, 1e-30, 0.1]
     assert fake.calls == ["vacuum"]  # embedded in this process
+
+
+# Runs `pgkb search` in a fresh interpreter up to the moment its query's embedding starts, and
+# writes which of the database's libraries were loaded by then.
+STARTS_BEFORE_THE_DRIVER = """
+import json, os, sys
+from loader.providers import query_embedding
+
+def started(self, embedder, text):
+    loaded = sorted({m.split(".")[0] for m in sys.modules} & {"psycopg", "psycopg_pool"})
+    with open(os.environ["PROBE_OUT"], "w") as out:
+        json.dump({"text": text, "loaded": loaded}, out)
+    raise SystemExit(0)
+
+query_embedding.PrefetchedQuery.__init__ = started
+from loader.cli import main
+sys.argv = ["pgkb", "search", "vacuum", "full"]
+main()
+"""
+
+
+def test_search_starts_its_embedding_before_loading_the_database_driver(tmp_path: Path) -> None:
+    """The child that embeds the query is forked before the database driver and the search
+    are imported, so the model's load and theirs overlap (on two cores, hybrid search then
+    takes about what keyword search takes); forked after them, it would add its whole load."""
+    out = tmp_path / "probe.json"
+    env = {
+        **os.environ,
+        "PROBE_OUT": str(out),
+        "PGKB_DATA_DIR": str(tmp_path / "data"),
+        "PGKB_DATABASE_URL": "postgresql://nobody@127.0.0.1:9/none",
+        "PGKB_EMBEDDING_PROVIDER": "openai",
+        "PGKB_EMBEDDING_MODEL": "some-model",
+        "PGKB_EMBEDDING_DIMS": "8",
+        "PGKB_EMBEDDING_BASE_URL": "http://127.0.0.1:9/v1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", STARTS_BEFORE_THE_DRIVER],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text()) == {"text": "vacuum full", "loaded": []}

@@ -7,15 +7,19 @@ from pathlib import Path
 
 from loader.db.queries import TrainingPassage
 from loader.evaluation.questions import Question
+from loader.ops.tune import PairSources, build_pairs
 from loader.ops.tune_pairs import (
     Pair,
     beir_pairs,
     dedupe,
     digest,
+    hard_negatives,
     hold_out,
+    negative_counts,
     normalise,
     question_pairs,
     structure_pairs,
+    training_subset,
 )
 
 LONG = (
@@ -178,3 +182,157 @@ def test_beir_pairs(tmp_path: Path) -> None:
     assert judged == 2
     assert digest(pairs) == digest(list(pairs))
     assert digest(pairs) != digest(pairs[:1])
+
+
+def _manual() -> list[TrainingPassage]:
+    """Two documents of two sections each, and a third on another topic sharing words."""
+    return [
+        passage(1, "v", 0, LONG, path="Routine Vacuuming", uri="/m/vacuum.html"),
+        passage(
+            2,
+            "v",
+            1,
+            "Freezing marks old rows as visible to every transaction, so that transaction "
+            "ids can be reused. A table must be frozen before two billion transactions pass.",
+            path="Routine Vacuuming > Preventing Wraparound",
+            uri="/m/vacuum.html",
+        ),
+        passage(
+            3,
+            "w",
+            0,
+            "Write-ahead logging records every change before the data files are written, so "
+            "that a crash can be recovered by replaying the log from the last checkpoint on.",
+            title="Reliability",
+            path="Reliability > Write-Ahead Logging",
+            uri="/m/wal.html",
+        ),
+        passage(
+            4,
+            "w",
+            1,
+            "Checkpoints flush every dirty page to disk and mark a point in the log from which "
+            "recovery starts; their spacing trades crash recovery time against write load.",
+            title="Reliability",
+            path="Reliability > Checkpoints",
+            uri="/m/wal.html",
+        ),
+    ]
+
+
+def test_hard_negatives_other_sections_and_near_misses() -> None:
+    passages = _manual()
+    pairs = structure_pairs(passages, render, seed=0)
+    by_chunk = {p.chunk_id: p for p in passages}
+    assert {p.chunk_id for p in pairs} <= set(by_chunk)  # every pair knows its passage
+    # BM25's ranking for each anchor, its own passage first (as for a real query)
+    ranked = {
+        normalise(p.anchor): [p.chunk_id, *[c for c in (4, 3, 2, 1) if c != p.chunk_id]]
+        for p in pairs
+    }
+    with_negatives, dropped = hard_negatives(pairs, passages, ranked, render, seed=0)
+    assert dropped == 0 and len(with_negatives) == len(pairs)
+    kinds = negative_counts(with_negatives)
+    assert set(kinds) == {"section", "near-miss"}, kinds
+    for pair in with_negatives:
+        own = by_chunk[pair.chunk_id]
+        negative = pair.negative
+        assert normalise(negative) != normalise(pair.positive)
+        assert normalise(own.content) not in normalise(negative)  # never its own passage
+        source = next(p for p in passages if normalise(p.content) in normalise(negative))
+        if pair.negative_kind == "section":
+            assert pair.kind != "title"  # a title's positive is the whole document's topic
+            assert source.document_id == own.document_id
+            assert source.heading_path != own.heading_path
+        else:
+            # the best-ranked hit of another document (its own document is skipped)
+            assert source.document_id != own.document_id
+            other = next(
+                c
+                for c in ranked[normalise(pair.anchor)]
+                if by_chunk[c].document_id != own.document_id
+            )
+            assert source.chunk_id == other
+        # given as its positive is: raw content for titles and headings, rendered otherwise
+        assert negative.startswith(source.title) == (pair.kind == "span")
+    # seeded: the same seed picks the same negatives, another seed other ones somewhere
+    assert hard_negatives(pairs, passages, ranked, render, seed=0)[0] == with_negatives
+    assert digest(with_negatives) != digest(pairs)
+
+
+def test_hard_negatives_skip_every_positive_and_drop_pairs_without_one() -> None:
+    passages = _manual()
+    # a labelled question with two sources: neither may be the other's negative
+    pairs = [
+        Pair("how are old rows kept valid", render(passages[1]), "labelled", 2, "v"),
+        Pair("how are old rows kept valid", render(passages[2]), "labelled", 3, "w"),
+        Pair("what does a checkpoint do", passages[3].content, "heading", 4, "w"),
+    ]
+    ranked = {
+        "how are old rows kept valid": [3, 2, 1, 4],
+        "what does a checkpoint do": [3],  # only its own document's passages: no near miss
+    }
+    kept, dropped = hard_negatives(pairs, passages, ranked, render, seed=0)
+    first, second, third = kept
+    for pair in (first, second):
+        assert pair.negative_kind in ("section", "near-miss")
+        for source in (passages[1], passages[2]):
+            assert normalise(source.content) not in normalise(pair.negative)
+    assert third.negative_kind == "section" and third.negative == passages[2].content
+    # no other section and no near miss: the pair is dropped, and counted
+    lonely = [Pair("where is the log", passages[2].content, "heading", 3, "w")]
+    assert hard_negatives(lonely, passages[2:3], {"where is the log": [3]}, render) == ([], 1)
+    assert dropped == 0
+
+
+def test_hard_negatives_of_beir_pairs_skip_texts_of_their_positives() -> None:
+    passages = _manual()
+    abstract = f"Vacuuming\n\n{LONG} {passages[1].content}"
+    pairs = [Pair("why vacuum tables", abstract, "beir")]
+    kept, _ = hard_negatives(pairs, passages, {"why vacuum tables": [1, 2, 3]}, render)
+    assert kept[0].negative_kind == "near-miss"
+    assert kept[0].negative == render(passages[2])  # 1 and 2 are parts of the positive
+
+
+def test_training_subset_is_seeded_and_bounded() -> None:
+    pairs = [Pair(f"anchor {i}", f"positive {i}", "span") for i in range(50)]
+    assert training_subset(pairs, 80) == pairs
+    one = training_subset(pairs, 20, seed=1)
+    assert len(one) == 20 and one == training_subset(pairs, 20, seed=1)
+    assert one != training_subset(pairs, 20, seed=2)
+    assert one == [p for p in pairs if p in one]  # their order kept
+
+
+def test_an_eval_question_never_appears_in_the_pairs(tmp_path: Path) -> None:
+    passages = _manual()
+    plain = build_pairs(passages, render, PairSources(), [], seed=0)[0]
+    # each question is a text the structure makes an anchor of: a title, a heading path, a
+    # sentence of a passage (the inverse cloze task) and a question with a labelled source
+    asked = [
+        plain[0].anchor,
+        next(p.anchor for p in plain if p.kind == "heading"),
+        *[p.anchor for p in plain if p.kind == "span"],
+        "Where does recovery start after a crash?",
+    ]
+    questions = tmp_path / "q.json"
+    questions.write_text(
+        json.dumps(
+            [
+                {"id": f"q{i}", "question": q, "kind": "exact", "sources": ["wal.html"]}
+                for i, q in enumerate(asked)
+            ]
+        )
+    )
+    labelled = PairSources(structure=True, pairs_file=questions)
+    unheld = build_pairs(passages, render, labelled, [], seed=0)[0]
+    assert {normalise(q) for q in asked} <= {normalise(p.anchor) for p in unheld}  # they would
+    kept, held, _ = build_pairs(passages, render, labelled, asked, seed=0)
+    assert held >= len(asked)
+    anchors = {normalise(p.anchor) for p in kept}
+    for question in asked:
+        assert normalise(question) not in anchors
+        assert not any(normalise(question) in a or a in normalise(question) for a in anchors)
+    ranked = {a: [1, 2, 3, 4] for a in anchors}
+    with_negatives, _ = hard_negatives(kept, passages, ranked, render)
+    texts = [normalise(t) for p in with_negatives for t in (p.anchor, p.negative)]
+    assert not any(normalise(q) == t for q in asked for t in texts)

@@ -57,6 +57,23 @@ def test_same_seed_same_model_and_provenance(tmp_path: Path) -> None:
         train(base, PAIRS, tmp_path / "one", options, provenance={})
 
 
+def test_hard_negatives_are_trained_on(tmp_path: Path) -> None:
+    import dataclasses
+
+    base = build_sentence_model(tmp_path / "base", max_seq_length=24)
+    options = TrainOptions(seed=5, max_steps=3, batch_size=4, learning_rate=1e-2, max_seq_length=16)
+    negatives = [
+        dataclasses.replace(p, negative=" ".join(WORDS[i + 12 : i + 20]), negative_kind="section")
+        for i, p in enumerate(PAIRS)
+    ]
+    plain = train(base, PAIRS, tmp_path / "plain", options, provenance={})
+    hard = train(base, negatives, tmp_path / "hard", options, provenance={})
+    assert not plain["training"]["hard_negatives"] and hard["training"]["hard_negatives"]
+    assert _weights(tmp_path / "plain") != _weights(tmp_path / "hard")  # the negatives count
+    with pytest.raises(ValueError, match="every pair needs a hard negative"):
+        train(base, [*negatives[:-1], PAIRS[-1]], tmp_path / "mixed", options, provenance={})
+
+
 def test_the_command_defaults_are_the_training_defaults() -> None:
     from loader.cli.models import models_tune
 

@@ -111,6 +111,15 @@ SELECT c.id, %s, %s FROM kb.chunks c WHERE c.id = %s
     ON CONFLICT (chunk_id, model_id) DO NOTHING
 """
 
+NEAR_MISSES = """
+SELECT a.ord::integer AS ord, k.chunk_id
+  FROM unnest(%s::text[]) WITH ORDINALITY AS a(query_text, ord)
+ CROSS JOIN LATERAL kb.keyword_search(a.query_text, %s) AS k
+ ORDER BY a.ord, k.rank
+"""
+"""The keyword retriever's best chunks (BM25) for each of a list of texts, by rank: where
+``pgkb models tune`` finds its near-miss negatives."""
+
 TRAINING_PASSAGES = """
 SELECT chunk_id, document_id::text AS document_id, source_uri, title, heading_path, chunk_index,
        content
