@@ -45,7 +45,6 @@ from loader.answer.single import answer_question
 from loader.errors import DatabaseError, PgkbError
 from loader.filters import SearchFilters
 from loader.graph.catalogue import DocumentNotFound, show_document
-from loader.serve.streaming import ClientGone
 from loader.web import auth, reads
 from loader.web.doctor_runs import DoctorRuns
 from loader.web.graph_svg import layout
@@ -122,6 +121,10 @@ class Step:
         steps = getattr(self.request.state, "steps", None)
         if steps is not None:
             steps.append((self.name, (time.perf_counter() - self.began) * 1000))
+
+
+class PageGone(Exception):
+    """The page that asked went away: raised into the chat model's stream to stop the answer."""
 
 
 class WebUI:
@@ -452,7 +455,7 @@ class WebUI:
 
         def on_text(text: str) -> None:
             if gone.is_set():
-                raise ClientGone()
+                raise PageGone()
             pieces.put(("text", text))
 
         def work() -> None:
@@ -462,7 +465,7 @@ class WebUI:
                     answer=answer, pieces=answer_pieces(answer)
                 )
                 pieces.put(("done", html))
-            except ClientGone:
+            except PageGone:
                 log.debug("the web interface's answer stopped: its client went away")
             except PgkbError as exc:
                 pieces.put(("failed", exc.message + (f" ({exc.hint})" if exc.hint else "")))
