@@ -100,6 +100,14 @@ def search(
     text = " ".join(query).strip()
     if not text:
         raise PgkbError("the search query is empty", hint='pgkb search "how do I ..."')
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 arrive as lone surrogates
+        raise PgkbError(
+            "the search query holds bytes that are not UTF-8 text",
+            hint="pgkb reads its arguments as UTF-8: type the query again in a UTF-8 terminal, "
+            "or convert it (iconv -f latin1 -t utf-8)",
+        ) from None
     prefetched: PrefetchedQuery | None = None
     if mode != "keyword":
         # the query is embedded (by serve_url, else by the local model in a child process)

@@ -164,8 +164,9 @@ def serve(
     A service in any language embeds its query here and calls hybrid_search in SQL as a
     `pgkb db grant --read` role; or asks /v1/search directly. Requests must name this server
     in their Host header (localhost, the bound address, or --allowed-host) and send JSON as
-    application/json; a request head must arrive within 10 s and a body within 30 s. With a
-    token set, the web interface asks for it once in a sign-in form."""
+    application/json; a request head must arrive within 10 s and a body within 30 s, and a
+    client that reads nothing of its answer for 30 s is disconnected. With a token set, the web
+    interface asks for it once in a sign-in form."""
     from loader.serve.guard import Limits
     from loader.serve.http import run
     from loader.serve.service import KnowledgeService

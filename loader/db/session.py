@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,3 +44,17 @@ def scope_session(conn: psycopg.Connection[Any], settings: Settings) -> None:
     conn.execute(queries.SET_SESSION_KEYWORD_BACKEND, (settings.keyword_backend,))
     if not conn.autocommit:
         conn.commit()  # a session setting: rolled back with its transaction otherwise
+
+
+def read_only_configurer(settings: Settings) -> Callable[[psycopg.Connection[Any]], None]:
+    """How a server's pool prepares each new connection: autocommit, every transaction
+    read-only, pgvector's types, the served collections (``--collection``) as the session's."""
+
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        conn.autocommit = True
+        conn.execute(queries.SESSION_READ_ONLY)
+        conn.read_only = True
+        scope_session(conn, settings)
+        register_vector(conn)
+
+    return configure

@@ -155,13 +155,17 @@ class Watcher:
         failure raises :class:`PgkbError` (the caller keeps the batch pending)."""
         started = time.perf_counter()
         data: dict[str, Any] = {"event": "batch"}
-        if batch.present:
-            report = self._ingest(batch.present)
+        present, leaving = self._inside(batch.present)
+        if present:
+            report = self._ingest(present)
             if report.aborted:
                 raise PgkbError(report.aborted, hint=report.hint)
             data.update(report.to_dict())
         else:
             data.update(IngestReport().to_dict())
+        if leaving:
+            data["failed"] = [*data.get("failed", []), *leaving]
+            data["exit_code"] = max(int(data.get("exit_code") or 0), 1)
         removed, refused = self.remove(batch.gone)
         data["pruned"] = data.get("pruned", 0) + len(removed)
         data["removed"] = removed
@@ -173,6 +177,31 @@ class Watcher:
             "total": round(time.perf_counter() - started, 3),
         }
         return data
+
+    def _inside(self, paths: Iterable[Path]) -> tuple[set[Path], list[dict[str, str]]]:
+        """The changed paths that lie within the watched paths once links are resolved, and a
+        failure for each other one: a link made in a watched folder to a file or folder outside
+        it is not followed (``pgkb ingest DIR`` refuses it too), else anyone who may write in
+        the folder could have any file the watcher can read ingested."""
+        kept: set[Path] = set()
+        leaving: list[dict[str, str]] = []
+        for path in paths:
+            try:
+                real = path.resolve(strict=True)
+            except (OSError, RuntimeError):  # gone, a loop or a dead link: the scan reports it
+                kept.add(path)
+                continue
+            if path in self.paths or any(real == r or real.is_relative_to(r) for r in self.roots):
+                kept.add(path)
+                continue
+            reason = (
+                f"symbolic link to {real}, outside the watched "
+                f"{'folder' if len(self.roots) == 1 else 'paths'} "
+                f"{', '.join(map(str, self.roots))}: not ingested (give that path to ingest it)"
+            )
+            log.warning("failed: %s: %s", path, reason)
+            leaving.append({"source": str(path), "reason": reason})
+        return kept, leaving
 
     # -- removals -------------------------------------------------------------------------------
 

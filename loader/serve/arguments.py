@@ -128,3 +128,12 @@ def parse_document_ids(values: Sequence[Any] | None) -> list[str] | None:
         except ValueError:
             raise BadRequest(f"document id {value!r} is not a UUID") from None
     return out
+
+
+def collections_hint(names: Sequence[str]) -> str:
+    """What a client asking for a collection it may not read can do, in its own terms (an agent
+    or a service runs no command line): the collections it may ask for."""
+    return (
+        f"the collections this server may read: {', '.join(names) or 'none'}; name one of "
+        "them, or leave collections out"
+    )

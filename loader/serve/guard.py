@@ -26,7 +26,9 @@ web interface's requests: a browser shows the page, never a JSON object.
 
 :func:`server_config` gives uvicorn a protocol (:func:`_protocol`) that closes a connection
 whose request head is not complete ``header_timeout`` seconds after it opened (or after its
-previous response), and that keeps at most ``max_connections`` open (a new connection past it
+previous response), that cuts a connection whose client reads nothing of its response for
+``write_timeout`` seconds (a stream it never reads would hold its slot forever, a large body
+its memory), that keeps at most ``max_connections`` open (a new connection past it
 closes the longest-idle one), and no ``limit_concurrency``: uvicorn's counts open connections,
 so idle sockets would turn every request away with a plain-text 503.
 """
@@ -71,6 +73,7 @@ class Limits:
     queue_timeout: float = 30.0
     body_timeout: float = 30.0
     header_timeout: float = 10.0
+    write_timeout: float = 30.0
     max_connections: int = 512
     allowed_hosts: tuple[str, ...] = ()
     bound: str = "127.0.0.1"
@@ -82,12 +85,15 @@ class Pages:
 
     wants_page: Callable[[str, str], bool]
     """Whether a request for this path with this ``Accept`` header is a browser's: it needs no
-    bearer token (the pages check their own session cookie; other paths are not found) and gets
-    the Guard's refusals as pages."""
+    bearer token (the pages check their own session cookie; other paths are not found), unless
+    the path is one of :attr:`api_paths`, and gets the Guard's refusals as pages."""
     error_page: Callable[[int, str], Response]
     """A refusal (status, message) as an HTML page."""
     form_paths: frozenset[str] = frozenset()
     """Paths whose POST may carry ``application/x-www-form-urlencoded`` instead of JSON."""
+    api_paths: frozenset[str] = frozenset()
+    """The JSON API's routes (``/metrics`` among them): they need the bearer token whatever the
+    ``Accept`` header says, so a browser's ``text/html`` is no way around it."""
 
 
 def error(
@@ -169,7 +175,8 @@ class Guard:
             await self._refuse(scope, receive, send, 421, refusal, "misdirected_request")
             return
         path = scope.get("path", "")
-        page = self._is_page(scope)  # a browser's: pages check their session, others are 404
+        # a browser's: pages check their session, others are 404; never an API route
+        page = self._is_page(scope) and self.pages is not None and path not in self.pages.api_paths
         if self.token and path not in OPEN_PATHS and not page and not self._authorised(headers):
             response = error(401, "missing or wrong bearer token", "authentication_error")
             response.headers["WWW-Authenticate"] = "Bearer"
@@ -347,13 +354,43 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-def _protocol(header_timeout: float, max_connections: int) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with a deadline on each request head and a cap on connections."""
+def _protocol(
+    header_timeout: float, max_connections: int, write_timeout: float = Limits.write_timeout
+) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with a deadline on each request head, a deadline on a response
+    the client does not read, and a cap on connections."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class Protocol(H11Protocol):
         head_timer: asyncio.TimerHandle | None = None
+        write_timer: asyncio.TimerHandle | None = None
         idle_since = 0.0
+
+        def pause_writing(self) -> None:
+            """The response waits for the client to read (uvicorn's buffer is full): if it reads
+            nothing more for ``write_timeout`` seconds, the connection is cut, so a client that
+            never reads holds no slot (a stream would wait for it forever) and no buffer."""
+            super().pause_writing()
+            if self.write_timer is None:
+                self.write_timer = self.loop.call_later(write_timeout, self._write_overdue)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._cancel_write_timer()
+
+        def _cancel_write_timer(self) -> None:
+            if self.write_timer is not None:
+                self.write_timer.cancel()
+                self.write_timer = None
+
+        def _write_overdue(self) -> None:
+            self.write_timer = None
+            if self.flow.write_paused:
+                log.info(
+                    "closing a connection that read nothing of its response for %s s",
+                    write_timeout,
+                )
+                self.transport.abort()  # close() would wait for the buffer to be read
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)  # type: ignore[arg-type]
@@ -373,6 +410,7 @@ def _protocol(header_timeout: float, max_connections: int) -> type[asyncio.Proto
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel_head_timer()
+            self._cancel_write_timer()
             super().connection_lost(exc)
 
         def _await_head(self) -> None:
@@ -413,6 +451,7 @@ def server_config(
     port: int = 8000,
     header_timeout: float = Limits.header_timeout,
     max_connections: int = Limits.max_connections,
+    write_timeout: float = Limits.write_timeout,
     log_level: str = "info",
 ) -> Any:
     """The ``uvicorn.Config`` ``pgkb serve`` runs ``app`` with (the tests run the same)."""
@@ -423,7 +462,7 @@ def server_config(
         host=host,
         port=port,
         log_level=log_level,
-        http=_protocol(header_timeout, max_connections),
+        http=_protocol(header_timeout, max_connections, write_timeout),
         timeout_keep_alive=5,
         timeout_graceful_shutdown=10,
         limit_concurrency=None,  # counts connections, idle ones too: the Guard queues requests

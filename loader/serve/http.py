@@ -311,7 +311,9 @@ def create_app(
         body_timeout=body_timeout,
         allowed_hosts=allowed_hosts,
         bound=bound,
-        pages=Pages(wants_page, error_page, FORM_PATHS) if web else None,
+        pages=Pages(wants_page, error_page, FORM_PATHS, frozenset(r.path for r in routes))
+        if web
+        else None,
     )
     return RequestMetrics(guarded, metrics, [r.path for r in routes])
 
@@ -347,6 +349,7 @@ def run(
         host=host,
         port=port,
         header_timeout=limits.header_timeout,
+        write_timeout=limits.write_timeout,
         max_connections=limits.max_connections,
         log_level=log_level,
     )

@@ -29,13 +29,15 @@ import json
 import logging
 import sys
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
 from pydantic import BaseModel, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
 
 from loader.errors import PgkbError
 from loader.graph.relations import RELATION_TYPES
@@ -48,6 +50,7 @@ from loader.serve.arguments import (
     parse_document_ids,
     surrogate_path,
 )
+from loader.serve.guard import LOCAL_NAMES, error, host_name
 from loader.serve.mcp_results import (
     AskResult,
     Catalogue,
@@ -446,13 +449,24 @@ def refusal(line: str) -> dict[str, Any] | None:
 
     try:
         jsonrpc_message_adapter.validate_json(line, by_name=False)
-        return None
+        readable = True
     except ValidationError:
-        pass
+        readable = False
     try:
         value = json.loads(line)
     except (ValueError, RecursionError):
         return _error(None, PARSE_ERROR, "Parse error: the line is not JSON")
+    if isinstance(value, dict) and "method" in value and "id" in value:
+        ident = value["id"]
+        if not isinstance(ident, int | str) or isinstance(ident, bool):
+            # read as a notification (an extra "id" field), it would get no answer at all
+            return _error(
+                None,
+                INVALID_REQUEST,
+                f"Invalid Request: id must be a string or an integer (got {_shown(ident)})",
+            )
+    if readable:
+        return None
     if isinstance(value, list):
         return _error(
             None,
@@ -548,8 +562,29 @@ def run(
     metrics = Metrics()
     metrics.model_loaded(service.model_name, service.model_load_seconds)
     server = build_server(service, metrics)
-    server.custom_route("/metrics", methods=["GET"])(metrics.endpoint)
+    server.custom_route("/metrics", methods=["GET"])(metrics_endpoint(metrics, host))
     try:
         server.run("streamable-http", host=host, port=port)
     finally:
         metrics.close()
+
+
+def metrics_endpoint(metrics: Metrics, host: str) -> Callable[[Request], Awaitable[Response]]:
+    """``GET /metrics`` beside ``/mcp``, with the ``Host`` check the SDK gives ``/mcp`` on a
+    localhost address (421 for another name: a web page rebinding its name to 127.0.0.1 reads
+    nothing); bound elsewhere, like ``/mcp``, it takes any name."""
+    if host_name(host) not in LOCAL_NAMES:
+        return metrics.endpoint
+
+    async def endpoint(request: Request) -> Response:
+        given = request.headers.get("host", "")
+        if host_name(given) not in LOCAL_NAMES:
+            return error(
+                421,
+                f"the Host header ({given[:100]!r}) does not name this server; use "
+                "127.0.0.1, localhost or [::1]",
+                "misdirected_request",
+            )
+        return await metrics.endpoint(request)
+
+    return endpoint

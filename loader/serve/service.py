@@ -41,9 +41,9 @@ from loader.answer.reading import Refusal, document_infos, read_document
 from loader.answer.single import answer_question
 from loader.answer.tools import MAX_GRAPH_DEPTH, MAX_GRAPH_LIMIT, Toolbox, ToolRefusal
 from loader.db import queries
-from loader.db.connect import connect, database_url, privilege_error, register_vector
+from loader.db.connect import connect, database_url, privilege_error
 from loader.db.migrations import check_schema
-from loader.db.session import scope_session
+from loader.db.session import read_only_configurer, scope_session
 from loader.errors import (
     ConfigError,
     DatabaseError,
@@ -73,6 +73,7 @@ from loader.serve.arguments import (
     BadRequest,
     bounded_int,
     call_collections,
+    collections_hint,
     embedding_inputs,
     parse_document_ids,
     surrogate_path,
@@ -110,19 +111,6 @@ class Unavailable(DatabaseError):
     """The database cannot be reached now (HTTP 503); later calls reconnect."""
 
 
-def _configurer(settings: Settings) -> Callable[[psycopg.Connection[Any]], None]:
-    def configure(conn: psycopg.Connection[Any]) -> None:
-        """A new pooled connection: autocommit, every transaction read-only, pgvector's types,
-        the served collections (``--collection``) as the session's."""
-        conn.autocommit = True
-        conn.execute(queries.SESSION_READ_ONLY)
-        conn.read_only = True
-        scope_session(conn, settings)
-        register_vector(conn)
-
-    return configure
-
-
 class KnowledgeService:
     """The warm process: call :meth:`open` once, then the methods from any thread."""
 
@@ -152,7 +140,7 @@ class KnowledgeService:
             min_size=1,
             max_size=max(1, pool_size),
             kwargs={"connect_timeout": 5, "application_name": "pgkb serve"},
-            configure=_configurer(settings),
+            configure=read_only_configurer(settings),
             check=ConnectionPool.check_connection,
             timeout=wait_timeout,
             reconnect_timeout=24 * 3600,
@@ -256,7 +244,20 @@ class KnowledgeService:
             raise privilege_error(exc, self.url) from None
         except psycopg.Error as exc:
             message = (exc.diag.message_primary or str(exc)).strip()
-            raise BadRequest(message, hint=exc.diag.message_hint) from None
+            hint = exc.diag.message_hint
+            if exc.sqlstate == SqlState.COLLECTION_NOT_READABLE:
+                hint = self._collections_hint()
+            raise BadRequest(message, hint=hint) from None
+        except PgkbError as exc:  # raised by the call's own code from the database's error
+            if exc.sqlstate != SqlState.COLLECTION_NOT_READABLE:
+                raise
+            raise BadRequest(exc.message, hint=self._collections_hint()) from None
+
+    def _collections_hint(self) -> str:
+        try:
+            return collections_hint(self.readable_collections())
+        except PgkbError:
+            return collections_hint([])
 
     def _scope(self, category: str | None) -> str | None:
         asked = category.strip() if isinstance(category, str) and category.strip() else None
@@ -365,7 +366,9 @@ class KnowledgeService:
             except ModelMismatchError:
                 raise
             except PgkbError as exc:
-                raise BadRequest(exc.message, hint=exc.hint) from None
+                refused = BadRequest(exc.message, hint=exc.hint)
+                refused.sqlstate = exc.sqlstate  # connection() words a collection's refusal
+                raise refused from None
         result: dict[str, Any] = {
             "query": text,
             "mode": mode,

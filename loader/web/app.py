@@ -123,6 +123,10 @@ class Step:
             steps.append((self.name, (time.perf_counter() - self.began) * 1000))
 
 
+class PageGone(Exception):
+    """The page that asked went away: raised into the chat model's stream to stop the answer."""
+
+
 class WebUI:
     """The pages of one server: its service, its sign-in rules, its templates."""
 
@@ -447,14 +451,22 @@ class WebUI:
         if not form["q"]:
             return secure(Response("the question is empty", status_code=400))
         pieces: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        gone = threading.Event()  # the client went away: stop the answer at its next piece
+
+        def on_text(text: str) -> None:
+            if gone.is_set():
+                raise PageGone()
+            pieces.put(("text", text))
 
         def work() -> None:
             try:
-                answer = self._answer(form, lambda text: pieces.put(("text", text)))
+                answer = self._answer(form, on_text)
                 html = self.env.get_template("_answer.html").render(
                     answer=answer, pieces=answer_pieces(answer)
                 )
                 pieces.put(("done", html))
+            except PageGone:
+                log.debug("the web interface's answer stopped: its client went away")
             except PgkbError as exc:
                 pieces.put(("failed", exc.message + (f" ({exc.hint})" if exc.hint else "")))
             except Exception:
@@ -466,13 +478,16 @@ class WebUI:
         async def events() -> AsyncIterator[bytes]:
             thread = threading.Thread(target=work, name="pgkb-web-ask", daemon=True)
             thread.start()
-            yield b": answering\n\n"
-            while True:
-                item = await anyio.to_thread.run_sync(pieces.get)
-                if item is None:
-                    break
-                kind, data = item
-                yield f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+            try:
+                yield b": answering\n\n"
+                while True:
+                    item = await anyio.to_thread.run_sync(pieces.get)
+                    if item is None:
+                        break
+                    kind, data = item
+                    yield f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+            finally:  # ended, or cancelled because the client disconnected
+                gone.set()
 
         response = StreamingResponse(events(), media_type="text/event-stream")
         response.headers["Cache-Control"] = "no-store"
@@ -488,12 +503,15 @@ class WebUI:
     def status(self, request: Request) -> tuple[str, dict[str, Any]]:
         recheck = request.query_params.get("recheck") == "1"
         filters = {"category": self.service.category} if self.service.category else {}
+        settings = self.service.settings
+        served = settings.collection_names()
         with self.service.connection() as conn:
             stats = reads.kb_stats(conn, filters)
             collections = reads.collections(conn)
             runs = reads.ingest_activity(conn, 10)
+        if served:  # a role that reads more (the owner) serving some: the others are not shown
+            collections = [c for c in collections if c["name"] in served]
         doctor = self.doctor.checks(recheck)
-        settings = self.service.settings
         return "status.html", {
             "section": "status",
             "stats": stats,
@@ -505,7 +523,7 @@ class WebUI:
             "dims": self.service.embedder.dims,
             "chat_model": settings.chat_model if self.service.chat is not None else None,
             "revision": self.service.schema_revision,
-            "served": settings.collection_names(),
+            "served": served,
             "category": self.service.category,
         }
 

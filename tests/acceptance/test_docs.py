@@ -140,6 +140,19 @@ def test_the_readme_keeps_the_two_commands() -> None:
     assert f"```bash\n{first}\n```" in readme
 
 
+def test_the_readme_names_each_page_once_per_paragraph_and_table() -> None:
+    """A merge that keeps both sides of a paragraph or a table shows as a page linked twice (a
+    newcomer read "base's model, /v1/search, /v1/ask): Services and agents" twice over)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    prose = re.sub(r"```.*?```", "", readme, flags=re.S)
+    blocks = re.split(r"\n\s*\n", prose)
+    twice = []
+    for block in blocks:
+        targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", block)
+        twice += [t for t in dict.fromkeys(targets) if targets.count(t) > 1]
+    assert twice == [], f"README.md links these twice in one paragraph or table: {twice}"
+
+
 MACHINE_PATH = re.compile(r"(?<![\w.])/(work|root|tmp)/")
 ISSUE_NUMBER = re.compile(r"\b[Ii]ssues? \d+|(?<![\w&/])#\d+\b")
 

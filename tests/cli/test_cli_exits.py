@@ -209,3 +209,23 @@ def test_a_json_run_writes_only_json_even_into_one_log(
     logged = values[:-1]
     assert logged and all(v["level"] == "warning" and v["logger"] for v in logged), logged
     assert any("HNSW index" in v["message"] for v in logged), logged
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+def test_a_query_that_is_not_utf8_is_refused_without_a_traceback(
+    cli_env: dict[str, str], mode: str
+) -> None:
+    """Bytes that are not UTF-8 in the command line reach Python as lone surrogates: the
+    tokenizer (hybrid) and psycopg (keyword) raised on them, "this is a bug in pgkb" and a
+    traceback."""
+    for extra in ([], ["--json"]):
+        done = subprocess.run(
+            [sys.executable, "-c", "from loader.cli import main; main()", "search",
+             b"\xed\xa0\x80 keys \xff", "--mode", mode, *extra],
+            env={**os.environ, **cli_env}, capture_output=True, timeout=300, check=False,
+        )  # fmt: skip
+        out, err = done.stdout.decode(), done.stderr.decode()
+        assert done.returncode == 2, (out, err)
+        assert "Traceback" not in err and "bug in pgkb" not in out + err, (out, err)
+        said = json.loads(out)["error"] if extra else err
+        assert "not UTF-8" in said, (out, err)

@@ -192,6 +192,35 @@ def test_a_watched_folder_follows_writes_saves_renames_and_deletes(
     assert "Traceback" not in "".join(watcher.stderr)
 
 
+def test_a_link_made_in_the_watched_folder_to_outside_it_is_not_followed(
+    watch: Callable[..., Watch], tmp_path: Path, db_url: str
+) -> None:
+    """``pgkb ingest DIR`` refuses a link leaving DIR; the watcher ingested one made while it
+    ran (a file or a whole folder), so anyone who may write in a watched folder could have any
+    file the watcher can read put into the knowledge base."""
+    docs, outside = tmp_path / "docs", tmp_path / "outside"
+    (docs / "leave.md").write_text("# Parental leave\n\nParents receive sixteen weeks.\n")
+    (outside / "folder").mkdir(parents=True)
+    (outside / "secret.md").write_text("# Secret\n\nThe vault code is kiwi-7731.\n")
+    (outside / "folder" / "notes.md").write_text("# Notes\n\nThe root password is plum-22.\n")
+    watcher = watch()
+    assert watcher.next_report(timeout=300)["event"] == "initial"
+    (docs / "leak.md").symlink_to(outside / "secret.md")
+    (docs / "linked").symlink_to(outside / "folder")
+    (docs / "inside.md").symlink_to(docs / "leave.md")  # a link within the folder is fine
+    failed: list[dict[str, str]] = []
+
+    def reported() -> bool:
+        failed.extend(f for r in watcher.drain() for f in r.get("failed", []))
+        return len(failed) >= 2
+
+    until(reported, "the two links leaving the folder reported")
+    assert {Path(f["source"]).name for f in failed} == {"leak.md", "linked"}, failed
+    assert all("outside the watched folder" in f["reason"] for f in failed), failed
+    stored = " ".join(documents(db_url).values())
+    assert "kiwi-7731" not in stored and "plum-22" not in stored
+
+
 def test_watch_refuses_what_it_cannot_follow(tmp_path: Path, cli_env: dict[str, str]) -> None:
     from click.testing import CliRunner
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from loader.serve.guard import Guard, Pages
@@ -177,6 +177,42 @@ def test_slow_bodies_hold_no_concurrency_slot_and_are_cut_at_the_deadline() -> N
             feeder.join(timeout=10)
             for sock in slow:
                 sock.close()
+
+
+def test_a_client_that_never_reads_its_response_is_cut_and_frees_its_slot() -> None:
+    """A streamed answer waits for its client to read it: a client that never reads held its
+    slot for as long as it kept the connection open (uvicorn has no write deadline), and a large
+    body sat in memory. Past ``write_timeout`` without reading, the connection is cut."""
+
+    async def stream(request: Request) -> Response:
+        async def pieces() -> Any:
+            for _ in range(400):  # 25 MB: more than any socket buffer holds
+                yield b"data: " + b"x" * 65536 + b"\n\n"
+
+        return StreamingResponse(pieces(), media_type="text/event-stream")
+
+    async def ok(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    app = Guard(
+        Starlette(routes=[Route("/v1/ask", stream, methods=["POST"]),
+                          Route("/v1/search", ok, methods=["POST"])]),
+        concurrency=1, queue_timeout=30.0,
+    )  # fmt: skip
+    with uvicorn_thread(app, write_timeout=1.0) as port:
+        reader = socket.socket()
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.connect(("127.0.0.1", port))
+        body = b'{"question": "x", "stream": true}'
+        reader.sendall(
+            b"POST /v1/ask HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        with contextlib.closing(reader):
+            wait_until(lambda: app.slots.value == 0, "the stream holds the one slot", 30, 0.05)
+            after = post(port)  # waits in the queue until the stream's slot is free
+            assert after.status_code == 200, after.text
+            wait_until(lambda: closed_by_server(reader), "the unread stream's connection cut", 30)
 
 
 def test_above_the_limit_requests_queue_then_get_a_json_503() -> None:

@@ -387,6 +387,12 @@ def test_stdio_answers_every_line_it_cannot_parse_with_a_json_rpc_error(
             ('{"id": 6, "method": "tools/list"}', 6, -32600, "jsonrpc"),
             ('{"jsonrpc": "2.0", "id": 7, "method": 7}', 7, -32600, "method"),
             ('"just a string"', None, -32600, "object"),
+            # an id of the wrong type made the SDK read a notification and answer nothing
+            ('{"jsonrpc": "2.0", "id": {"a": 1}, "method": "tools/list"}', None, -32600, "id"),
+            ('{"jsonrpc": "2.0", "id": true, "method": "tools/list"}', None, -32600, "id"),
+            ('{"jsonrpc": "2.0", "id": 1.5, "method": "tools/list"}', None, -32600, "id"),
+            ('{"jsonrpc": "2.0", "id": [9], "method": "tools/call", "params": ' + search + "}",
+             None, -32600, "id"),
         ):  # fmt: skip
             send(line)
             answer = _read_message(process, 60)
@@ -442,6 +448,16 @@ def test_tool_errors_speak_to_the_agent(serve_kb: ServeKb) -> None:
                 assert "validation error for" not in text, text
             missing = _error_text(await _call(client, "read_document", {"document": "nope.md"}))
             assert "list_documents" in missing and "pgkb " not in missing, missing
+            # a collection the role may not read (or that does not exist): the hint names the
+            # collections the agent may ask for, not command lines it cannot run
+            for name, args in (
+                ("search", {"query": "x", "collections": ["secret"]}),
+                ("ask", {"question": "x", "collections": ["secret"]}),
+                ("list_documents", {"collections": ["secret"]}),
+            ):
+                text = _error_text(await _call(client, name, args))
+                assert "no collection 'secret'" in text, text
+                assert "pgkb " not in text and "leave collections out" in text, text
             for name, args, extra in (
                 ("search", {"query": "vacuum", "colour": "red"}, "colour"),
                 ("list_documents", {"limit": 5, "Limit": 6}, "Limit"),

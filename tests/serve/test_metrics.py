@@ -64,6 +64,11 @@ def server(serve_kb: ServeKb) -> Iterator[str]:  # noqa: F811
 def test_metrics_after_a_bounded_load(server: str) -> None:
     refused = httpx.get(server + "/metrics")
     assert refused.status_code == 401  # the token guards the metrics too
+    # a browser's Accept header (the web interface's pages need no token) is no way around it
+    for accept in ("text/html", "text/html,application/xhtml+xml,*/*;q=0.8"):
+        browser = httpx.get(server + "/metrics", headers={"Accept": accept})
+        assert browser.status_code == 401, browser.text[:200]
+        assert "pgkb_requests_total" not in browser.text
     before = samples(httpx.get(server + "/metrics", headers=AUTH).text)
 
     searches = 12
@@ -116,7 +121,7 @@ def _model() -> str:
 def test_mcp_over_http_serves_its_tool_calls_as_metrics(serve_kb: ServeKb) -> None:  # noqa: F811
     from mcp import Client
 
-    from loader.serve.mcp import build_server
+    from loader.serve.mcp import build_server, metrics_endpoint
     from loader.serve.metrics import Metrics
     from loader.serve.service import KnowledgeService
 
@@ -124,7 +129,7 @@ def test_mcp_over_http_serves_its_tool_calls_as_metrics(serve_kb: ServeKb) -> No
     metrics = Metrics()
     metrics.model_loaded(service.model_name, service.model_load_seconds)
     server = build_server(service, metrics)
-    server.custom_route("/metrics", methods=["GET"])(metrics.endpoint)
+    server.custom_route("/metrics", methods=["GET"])(metrics_endpoint(metrics, "127.0.0.1"))
     progress: list[tuple[float, str | None]] = []
 
     async def on_progress(done: float, total: float | None, message: str | None) -> None:
@@ -147,6 +152,11 @@ def test_mcp_over_http_serves_its_tool_calls_as_metrics(serve_kb: ServeKb) -> No
 
             anyio.run(session)
             found = samples(httpx.get(url + "/metrics").text)
+            # a web page rebinding its name to 127.0.0.1 reads no metrics (as /mcp answers 421)
+            for host in ("attacker.example", "127.0.0.1.nip.io", ""):
+                rebound = httpx.get(url + "/metrics", headers={"Host": host})
+                assert rebound.status_code == 421, (host, rebound.text[:200])
+                assert "pgkb_requests_total" not in rebound.text
     finally:
         metrics.close()
         service.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from tests.fake_openai import Reply, chat_reply
+from tests.processes import wait_until
 from tests.web.conftest import HOSTILE_TITLE, TOKEN, WebKb
 
 pytestmark = pytest.mark.model
@@ -171,6 +173,29 @@ def test_ask_streams_the_model_s_text_then_the_checked_answer(
     assert request.body["stream"] is True
 
 
+def test_a_client_that_leaves_the_stream_stops_its_answer(
+    client: httpx.Client, web_kb: WebKb
+) -> None:
+    """The answer's work stops at the model's next piece once its client went away: a page
+    closed mid-answer holds no model call, thread or database connection past the concurrency
+    limit (before, the work ran to its end, about a minute here, after its slot was freed)."""
+    words = "Every employee may spend up to 600 EUR on home office furniture. " * 25
+    reply = chat_reply(words + "[Home office equipment budget]")  # 1,600+ characters: 200 pieces
+    web_kb.fake.script("/v1/chat/completions", Reply(reply.body, trickle=0.3))
+
+    def answering() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "pgkb-web-ask" and t.is_alive()]
+
+    question = "Who covers the cost of furniture for my home workspace?"
+    with client.stream("GET", "/ask/stream", params={"q": question}) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("event: text"):
+                break  # the model is writing: leave
+        assert answering(), "the answer's work runs"
+    wait_until(lambda: not answering(), "the answer's work stopped after its client left", 20)
+
+
 def test_status(client: httpx.Client) -> None:
     html = _ok(client.get("/status"))
     assert '<span class="n">6</span> documents' in html
@@ -262,6 +287,25 @@ def test_a_scoped_role_sees_nothing_of_another_collection(
 ) -> None:
     with httpx.Client(base_url=scoped_server, follow_redirects=False, timeout=60) as client:
         _scoped(client, web_kb)
+
+
+def test_the_owner_serving_one_collection_shows_no_other(web_kb: WebKb) -> None:
+    """``pgkb serve --collection handbook`` run as a role that reads every collection (the
+    owner): its pages show handbook only. The status page listed every collection the role may
+    read, with its documents and chunks (the word-presence oracle saw engineering's counts
+    change with its content)."""
+    from tests.web.conftest import _serve
+
+    served = _serve(web_kb.settings.replace(collections="handbook"), None)
+    base = next(served)
+    try:
+        client = httpx.Client(base_url=base, timeout=60)
+        status = _ok(client.get("/status"))
+        assert "handbook" in status and "engineering" not in status, status
+        _scoped(client, web_kb)
+        client.close()
+    finally:
+        served.close()
 
 
 def _scoped(client: httpx.Client, web_kb: WebKb) -> None:
