@@ -382,11 +382,6 @@ class Toolbox:
         if query is not None and not isinstance(query, str):
             raise ToolRefusal('"query" must be a string')
         query = (query or "").strip()[:MAX_QUERY_CHARS] or None
-        if start is not None and query is not None:
-            raise ToolRefusal(
-                'give "document_id" (documents around it) or "query" (documents matching it), '
-                "not both"
-            )
         depth = 1
         if args.get("depth") is not None:
             asked = _as_int("depth", args["depth"])
@@ -395,19 +390,50 @@ class Toolbox:
                 notes.append(f"depth {asked} clamped to {depth} (1..{MAX_GRAPH_DEPTH})")
             if start is None:
                 notes.append("depth applies only with document_id; ignored")
-        types = _relation_types(args.get("relation_types"))
+        types = relation_type_list(args.get("relation_types"))
         limit = GRAPH_LIMIT
         if args.get("limit") is not None:
             asked = _as_int("limit", args["limit"])
             limit = min(max(asked, 1), MAX_GRAPH_LIMIT)
             if limit != asked:
                 notes.append(f"limit {asked} clamped to {limit} (1..{MAX_GRAPH_LIMIT})")
+        return self.explore_documents(
+            start=start,
+            query=query,
+            depth=depth,
+            relation_types=types,
+            limit=limit,
+            budget=budget,
+            notes=notes,
+        )
+
+    def explore_documents(
+        self,
+        *,
+        start: uuid.UUID | None,
+        query: str | None,
+        depth: int,
+        relation_types: list[str] | None,
+        limit: int,
+        budget: int,
+        notes: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """The documents around ``start``, matching ``query``, or the most connected ones
+        (kb.explore_graph within the toolbox's category), as many as ``budget`` tokens hold: the
+        typed call behind the agent's ``explore_graph`` and the servers' (each checks its own
+        arguments first); ``notes`` are the caller's, returned with the walk's own."""
+        if start is not None and query is not None:
+            raise ToolRefusal(
+                'give "document_id" (documents around it) or "query" (documents matching it), '
+                "not both"
+            )
+        notes = list(notes)
         nodes = explore(
             self.conn,
             start=start,
             query=query,
             depth=depth,
-            relation_types=types,
+            relation_types=relation_types,
             filters={"category": self.category} if self.category else None,
             limit=limit,
         )
@@ -462,7 +488,9 @@ class Toolbox:
         return out
 
 
-def _relation_types(value: object) -> list[str] | None:
+def relation_type_list(value: object) -> list[str] | None:
+    """``relation_types`` as given (a name, a list of names, nothing): known, lower case, each
+    once; :class:`ToolRefusal` naming the types otherwise."""
     if value is None or value == []:
         return None
     if isinstance(value, str):

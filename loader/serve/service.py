@@ -39,7 +39,13 @@ from loader import telemetry
 from loader.answer.agent import run_agent
 from loader.answer.reading import Refusal, document_infos, read_document
 from loader.answer.single import answer_question
-from loader.answer.tools import MAX_GRAPH_DEPTH, MAX_GRAPH_LIMIT, Toolbox, ToolRefusal
+from loader.answer.tools import (
+    MAX_GRAPH_DEPTH,
+    MAX_GRAPH_LIMIT,
+    Toolbox,
+    ToolRefusal,
+    relation_type_list,
+)
 from loader.db import queries
 from loader.db.connect import connect, database_url, privilege_error
 from loader.db.migrations import check_schema
@@ -62,10 +68,8 @@ from loader.providers.embeddings import get_embedder
 from loader.search import MODES, search
 from loader.serve.arguments import (
     LIST_LIMIT,
-    MAX_EMBED_INPUTS,
     MAX_LIST_LIMIT,
     MAX_NEIGHBOURS,
-    MAX_QUERY_CHARS,
     MAX_READ_TOKENS,
     MAX_SEARCH_LIMIT,
     MIN_READ_TOKENS,
@@ -75,30 +79,10 @@ from loader.serve.arguments import (
     call_collections,
     collections_hint,
     embedding_inputs,
-    parse_document_ids,
-    surrogate_path,
     text_argument,
 )
 from loader.serve.turns import ModelTurns
 from loader.settings import Settings
-
-__all__ = [  # the request checks moved to loader.serve.arguments: importable here as before
-    "LIST_LIMIT",
-    "MAX_EMBED_INPUTS",
-    "MAX_LIST_LIMIT",
-    "MAX_NEIGHBOURS",
-    "MAX_QUERY_CHARS",
-    "MAX_READ_TOKENS",
-    "MAX_SEARCH_LIMIT",
-    "MIN_READ_TOKENS",
-    "READ_TOKENS",
-    "BadRequest",
-    "KnowledgeService",
-    "ModelTurns",
-    "Unavailable",
-    "parse_document_ids",
-    "surrogate_path",
-]
 
 log = logging.getLogger(__name__)
 
@@ -537,19 +521,26 @@ class KnowledgeService:
         """Documents around a document, matching a query, or the most connected ones
         (kb.explore_graph within the scope)."""
         scope = self._scope(category)
-        args: dict[str, Any] = {"limit": bounded_int("limit", limit, 1, MAX_GRAPH_LIMIT, 15)}
-        if depth is not None:  # only what was given: a default would be noted as "ignored"
-            args["depth"] = bounded_int("depth", depth, 1, MAX_GRAPH_DEPTH, 1)
-        if relation_types:
-            args["relation_types"] = list(relation_types)
-        if query is not None:
-            args["query"] = text_argument("query", query)
+        bounded = bounded_int("limit", limit, 1, MAX_GRAPH_LIMIT, 15)
+        steps = 1 if depth is None else bounded_int("depth", depth, 1, MAX_GRAPH_DEPTH, 1)
+        text = None if query is None else text_argument("query", query)
         with self.connection(collections) as conn:
+            start = None
             if document is not None:
-                args["document_id"] = self._document_id(conn, document, scope)
+                start = uuid.UUID(self._document_id(conn, document, scope))
+            # only a depth that was given is noted: a default would read as "ignored"
+            ignored = depth is not None and start is None
             tools = Toolbox(conn, self.settings, self, category=scope)
             try:
-                return tools.explore_graph(args, GRAPH_TOKENS)
+                return tools.explore_documents(
+                    start=start,
+                    query=text,
+                    depth=steps,
+                    relation_types=relation_type_list(relation_types and list(relation_types)),
+                    limit=bounded,
+                    budget=GRAPH_TOKENS,
+                    notes=["depth applies only with document_id; ignored"] if ignored else [],
+                )
             except ToolRefusal as exc:
                 raise BadRequest(str(exc)) from None
 

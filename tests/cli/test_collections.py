@@ -349,7 +349,8 @@ def test_the_mcp_reader_bound_to_one_collection_never_shows_the_other(kb: Kb) ->
 
 
 def test_a_server_scoped_to_a_collection_keeps_to_it_for_the_owner_too(kb: Kb) -> None:
-    from loader.serve.service import BadRequest, KnowledgeService
+    from loader.serve.arguments import BadRequest
+    from loader.serve.service import KnowledgeService
 
     settings = kb.settings.replace(collections="eng")
     with KnowledgeService(settings, pool_size=1) as service:
