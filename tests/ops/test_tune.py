@@ -155,9 +155,10 @@ def test_tune_gate_refuses_a_loss_and_activates_without_one(
         return next(iter(ranks.values())) or 99
 
     lost = [q for q in before if rank(before[q]["vector"]) <= 5 < rank(after[q]["vector"])]
-    same = [q for q in before if before[q] == after[q]]
+    # the questions no retriever ranks worse after the tune (the same or better: nothing lost)
+    same = [q for q in before if all(rank(after[q][m]) <= rank(before[q][m]) for m in before[q])]
     assert lost, "the tiny tune moved no question out of the vector top 5: nothing to refuse"
-    assert same, "the tiny tune moved every question: nothing to activate on"
+    assert same, "the tiny tune ranked every question worse somewhere: nothing to activate on"
     every = json.loads(candidates.read_text())
 
     losing = _write(tmp_path / "losing.json", [q for q in every if q["id"] in lost])
