@@ -54,6 +54,8 @@
 -- are clamped to 1,000 (larger values act as 1,000), ef_search as kb.vector_search clamps it;
 -- the fusion is computed in double precision, so rrf_k up to 2,147,483,647 gives scores, never
 -- "integer out of range".
+-- The fusion's statement is planned once per session (plan_cache_mode force_generic_plan): a
+-- plan made afresh for each call cost more than the fusion itself.
 CREATE OR REPLACE FUNCTION kb.hybrid_search(
     query_text text,
     query_embedding public.vector DEFAULT NULL,
@@ -94,6 +96,7 @@ STABLE
 PARALLEL UNSAFE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     exact_query boolean;
@@ -167,7 +170,8 @@ BEGIN
          GROUP BY l.lexeme
     ),
     -- the keyword leg's evidence: the IDF share of the query's lexemes its best chunk holds
-    share AS (
+    -- (materialized: w reads it twice, and an inlined share would be computed twice)
+    share AS MATERIALIZED (
         SELECT coalesce(
                    (SELECT sum(t.idf) FILTER (WHERE t.lexeme = ANY (tsvector_to_array(c.tsv)))
                            / nullif(sum(t.idf), 0)

@@ -7,6 +7,7 @@ here independently from the raw tsvectors (BM25), never read back from the funct
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from typing import Any
 
@@ -650,6 +651,33 @@ def test_iterative_scan_fills_a_filter_matching_one_percent(conn: psycopg.Connec
     # the settings were local to the call
     assert conn.execute("SHOW hnsw.iterative_scan").fetchone()[0] == "off"
     assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"
+
+
+def test_the_fusion_is_planned_once_per_session_and_reads_the_keyword_share_once(
+    conn: psycopg.Connection[Any], golden: Corpus
+) -> None:
+    """kb.hybrid_search's own statement runs a generic plan (planned once per session: a plan
+    made for each call cost more than the fusion), so its plan shows the call's values as
+    parameters; and the keyword leg's share, read twice by the fusion, is computed once."""
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    conn.execute("SET auto_explain.log_min_duration = 0")
+    conn.execute("SET auto_explain.log_nested_statements = on")
+    conn.execute("SET auto_explain.log_level = notice")
+    for _ in range(7):  # past the plan cache's five custom plans
+        notices.clear()
+        got = rows(conn, "SELECT chunk_id FROM kb.hybrid_search('vacuum', '[0,0.6,0.8]')")
+    assert [r["chunk_id"] for r in got][:1] == [golden.ids[4]]
+    fusion = [n for n in notices if "fused AS" in n]
+    assert len(fusion) == 1
+    plan = fusion[0].split("fused AS", 1)[1]
+    # a custom plan has the call's values folded in as constants (max_per_document NULL drops
+    # its filter); the generic plan keeps them as parameters
+    assert re.search(r"nth <= \$\d+\)", plan)
+    assert plan.count("CTE share") == 1
+    # the scalar subquery reading the keyword leg's best chunk is in the plan once
+    assert plan.count("Index Cond: (id = (InitPlan") == 1
 
 
 # --- bad input ------------------------------------------------------------------------------
