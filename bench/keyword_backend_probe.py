@@ -36,6 +36,7 @@ from loader.evaluation.questions import label_ranking, load_questions
 from loader.evaluation.runner import DEPTH, ranked_documents, score_ranking
 
 K1, B = 0.9, 0.75
+DISTINCT = False
 STEPS = ["A", "A*", "V0", "V1", "V2", "V3", "V4", "B"]
 CAUSE = {
     ("A", "A*"): "SQL candidate bound (max_postings)",
@@ -191,7 +192,7 @@ def model_docs(corpus: Corpus, conn: psycopg.Connection[Any], text: str) -> dict
     parsed, strict, exact, dropped = chunk_flags(conn, text)
     out = {}
     for variant in ("V0", "V1", "V2", "V3", "V4"):
-        if variant in ("V3", "V4"):
+        if variant in ("V3", "V4") and not DISTINCT:
             lexemes = dict(parsed["query_freq"])
         else:
             lexemes = {lex: 1 for lex in parsed["lexemes"]}
@@ -235,7 +236,12 @@ def main() -> int:
     parser.add_argument("--beir", type=Path)
     parser.add_argument("--qrels", type=Path)
     parser.add_argument("--json", type=Path, help="write every question's rankings here")
+    parser.add_argument(
+        "--distinct-query", action="store_true", help="V3, V4: each query lexeme once"
+    )
     args = parser.parse_args()
+    global DISTINCT
+    DISTINCT = args.distinct_query
     sets: list[tuple[str, list[tuple[str, str, str, dict[str, int], bool]]]] = []
     for path in args.questions:
         qs = [(q.id, q.question, q.kind, {s: 1 for s in q.sources}, True)

@@ -14,7 +14,9 @@
 --      read's top chunks from its index (Block-Max WAND top-k: match_count of them, ten times
 --      as many up to 1,000 when the text negates words), and, when the text asks for exact
 --      matching (kb.search_query's strict_first), up to 1,000 chunks matching its strict query
---      through the GIN index on tsv;
+--      through the GIN index on tsv, and when it holds identifiers (work_mem, pg_hba), up to
+--      1,000 chunks holding their words as phrases (the identifier rule below ranks them first
+--      whatever their score);
 --   b. a "quoted part" (required), or a category, metadata or source filter, or document_ids:
 --      the chunks that hold the quoted parts (or, without one, any positive lexeme), pass the
 --      filters and belong to the documents, through the GIN index, each scored by its
@@ -25,7 +27,12 @@
 -- a whole word, then BM25 score (pg_textsearch's, positive; a top-k candidate's is the one its
 -- index scan computed, bm25_get_current_score(), not its text scored again), then chunk_id. The
 -- words scored are the text's, without its -negated parts, tokenized by the index's
--- configuration. Collections:
+-- configuration, each lexeme once (a word is left out when each of its lexemes came in an
+-- earlier word; a hyphenated word repeating a part, metal-on-metal, still counts it twice):
+-- the SQL BM25 sums over the distinct lexemes, pg_textsearch would count a repeated word
+-- again. What differs from kb.keyword_search is the length: pg_textsearch
+-- measures a chunk in words (stored quantized, exact below 40), the SQL BM25 in distinct
+-- lexemes. Collections:
 -- the filters' (kb.search_filters: the caller's scope); every collection when NULL. Raises PK040
 -- when the extension or a collection's index is missing; otherwise never errors on any
 -- query text. match_count is clamped to 1,000. Collections without chunks
@@ -86,8 +93,18 @@ BEGIN
             USING ERRCODE = 'PK040',
                   HINT = 'run pgkb db upgrade on a server that loads pg_textsearch, or set keyword_backend to sql';
     END IF;
-    -- the words scored: the text without its -negated words and phrases
+    -- the words scored: the text without its -negated words and phrases, each lexeme once:
+    -- kb.keyword_search sums over the text's distinct lexemes, where pg_textsearch would count
+    -- a repeated word again (its query-term frequency), so a word is left out when each of its
+    -- lexemes came in an earlier word ("tables ... table" scores 'tabl' once)
     words := regexp_replace(left(query_text, 20000), '(^|\s)-("[^"]*"?|\S+)', ' ', 'g');
+    SELECT coalesce(string_agg(k.w, ' ' ORDER BY k.n), '') INTO words
+      FROM (SELECT t.n, t.w
+              FROM (SELECT s.n, s.w, min(s.n) OVER (PARTITION BY l.lexeme) AS first_seen
+                      FROM regexp_split_to_table(words, '\s+') WITH ORDINALITY AS s(w, n),
+                           unnest(tsvector_to_array(to_tsvector('english'::regconfig, s.w))) AS l(lexeme)) t
+             WHERE t.n = t.first_seen
+             GROUP BY t.n, t.w) k;
     filtered := f.category IS NOT NULL OR f.metadata IS NOT NULL OR f.source_pattern IS NOT NULL
                 OR document_ids IS NOT NULL OR q.required IS NOT NULL;
     top_k := CASE WHEN q.excluded IS NULL THEN match_count ELSE least(1000, 10 * match_count) END;
@@ -119,6 +136,15 @@ BEGIN
                 '   FROM kb.chunks c WHERE c.collection = %3$L'
                 '  ORDER BY (c.heading_path || '' '' || c.content) OPERATOR(%1$I.<@>) %1$I.to_bm25query($1, %2$L)'
                 '  LIMIT $3)',
+                ext, 'kb.' || idx, coll);
+        END IF;
+        IF NOT filtered AND q.identifiers IS NOT NULL THEN
+            -- the chunks holding the identifiers' words (as phrases), which the identifier rule
+            -- ranks above the others whatever their score: a top-k by score would miss those
+            -- with a low one
+            parts := parts || format(
+                '(SELECT c.id, (c.heading_path || '' '' || c.content) OPERATOR(%1$I.<@>) %1$I.to_bm25query($1, %2$L) AS s'
+                '   FROM kb.chunks c WHERE c.collection = %3$L AND c.tsv @@ $17 LIMIT 1000)',
                 ext, 'kb.' || idx, coll);
         END IF;
         IF filtered OR q.strict_first THEN
@@ -175,11 +201,12 @@ BEGIN
     RETURN QUERY EXECUTE statement
         USING words, NULL::text, top_k, gin_query, document_ids, f.category, f.metadata,
               f.source_pattern, q.strict_query, q.strict_first, q.strict_query, q.identifiers,
-              q.excluded, q.required, q.required_words, match_count;
+              q.excluded, q.required, q.required_words, match_count,
+              websearch_to_tsquery('english'::regconfig, array_to_string(q.identifiers, ' '));
 END;
 $$;
 
 COMMENT ON FUNCTION kb.keyword_search_pg_textsearch(text, integer, jsonb, uuid[]) IS
-'Keyword retriever on pg_textsearch''s bm25 index of each collection (own statistics per collection): top-k per collection, or GIN candidates scored by the index with quoted parts, filters or document_ids; then kb.keyword_search''s rules (negation, quoted parts required, strict and identifier matches first, score, chunk_id). Maxima: match_count 1000.';
+'Keyword retriever on pg_textsearch''s bm25 index of each collection (own statistics per collection): each query lexeme once (as the SQL BM25; the length is pg_textsearch''s, in words); top-k per collection (with the chunks holding the text''s identifiers), or GIN candidates scored by the index with quoted parts, filters or document_ids; then kb.keyword_search''s rules (negation, quoted parts required, strict and identifier matches first, score, chunk_id). Maxima: match_count 1000.';
 
 REVOKE ALL ON FUNCTION kb.keyword_search_pg_textsearch(text, integer, jsonb, uuid[]) FROM PUBLIC;
