@@ -27,10 +27,10 @@
 -- a whole word, then BM25 score (pg_textsearch's, positive; a top-k candidate's is the one its
 -- index scan computed, bm25_get_current_score(), not its text scored again), then chunk_id. The
 -- words scored are the text's, without its -negated parts, tokenized by the index's
--- configuration, each lexeme once (a word is left out when each of its lexemes came in an
--- earlier word; a hyphenated word repeating a part, metal-on-metal, still counts it twice):
--- the SQL BM25 sums over the distinct lexemes, pg_textsearch would count a repeated word
--- again. What differs from kb.keyword_search is the length: pg_textsearch
+-- configuration, each lexeme once (a word is left out when its lexemes come from other
+-- words, those of several lexemes first; two hyphenated words sharing a part, web-based and
+-- classroom-based, or one repeating it, metal-on-metal, still give it twice): the SQL BM25
+-- sums over the distinct lexemes, pg_textsearch would count a repeated word again. What differs from kb.keyword_search is the length: pg_textsearch
 -- measures a chunk in words (stored quantized, exact below 40), the SQL BM25 in distinct
 -- lexemes. Collections:
 -- the filters' (kb.search_filters: the caller's scope); every collection when NULL. Raises PK040
@@ -95,15 +95,24 @@ BEGIN
     END IF;
     -- the words scored: the text without its -negated words and phrases, each lexeme once:
     -- kb.keyword_search sums over the text's distinct lexemes, where pg_textsearch would count
-    -- a repeated word again (its query-term frequency), so a word is left out when each of its
-    -- lexemes came in an earlier word ("tables ... table" scores 'tabl' once)
+    -- a repeated word again (its query-term frequency). A word is kept when it is the first to
+    -- give one of its lexemes, words of several lexemes (non-teaching: 'non-teach', 'non',
+    -- 'teach') looked at before the others, in the text's order: "teaching ... non-teaching"
+    -- scores 'teach' once. (Two such words sharing a part, web-based and classroom-based,
+    -- still give it twice: a word cannot be passed in part.) Bag of words: the order is free
     words := regexp_replace(left(query_text, 20000), '(^|\s)-("[^"]*"?|\S+)', ' ', 'g');
     SELECT coalesce(string_agg(k.w, ' ' ORDER BY k.n), '') INTO words
       FROM (SELECT t.n, t.w
-              FROM (SELECT s.n, s.w, min(s.n) OVER (PARTITION BY l.lexeme) AS first_seen
-                      FROM regexp_split_to_table(words, '\s+') WITH ORDINALITY AS s(w, n),
-                           unnest(tsvector_to_array(to_tsvector('english'::regconfig, s.w))) AS l(lexeme)) t
-             WHERE t.n = t.first_seen
+              FROM (SELECT s.n, s.w, u.key,
+                           min(u.key) OVER (PARTITION BY l.lexeme) AS first_key
+                      FROM regexp_split_to_table(words, '\s+') WITH ORDINALITY AS s(w, n)
+                     CROSS JOIN LATERAL (
+                           SELECT tsvector_to_array(to_tsvector('english'::regconfig, s.w)) AS lexemes) v
+                     CROSS JOIN LATERAL (
+                           SELECT CASE WHEN cardinality(v.lexemes) > 1 THEN s.n
+                                       ELSE s.n + 1000000 END AS key) u
+                     CROSS JOIN LATERAL unnest(v.lexemes) AS l(lexeme)) t
+             WHERE t.key = t.first_key
              GROUP BY t.n, t.w) k;
     filtered := f.category IS NOT NULL OR f.metadata IS NOT NULL OR f.source_pattern IS NOT NULL
                 OR document_ids IS NOT NULL OR q.required IS NOT NULL;
