@@ -15,8 +15,9 @@
 --      as many up to 1,000 when the text negates words), and, when the text asks for exact
 --      matching (kb.search_query's strict_first), up to 1,000 chunks matching its strict query
 --      through the GIN index on tsv, and when it holds identifiers (work_mem, pg_hba), up to
---      1,000 chunks holding their words as phrases (the identifier rule below ranks them first
---      whatever their score);
+--      1,000 chunks holding each as a phrase of its words or as the text's word holding it is
+--      parsed (pg_hba.conf: one file token), which the identifier rule below ranks first
+--      whatever their score;
 --   b. a "quoted part" (required), or a category, metadata or source filter, or document_ids:
 --      the chunks that hold the quoted parts (or, without one, any positive lexeme), pass the
 --      filters and belong to the documents, through the GIN index, each scored by its
@@ -72,6 +73,7 @@ DECLARE
     top_k integer;
     filtered boolean;
     gin_query tsquery;
+    identifier_query tsquery;
     statement text;
     parts text[] := '{}';
 BEGIN
@@ -118,6 +120,21 @@ BEGIN
                 OR document_ids IS NOT NULL OR q.required IS NOT NULL;
     top_k := CASE WHEN q.excluded IS NULL THEN match_count ELSE least(1000, 10 * match_count) END;
     gin_query := coalesce(q.required, q.any_query);
+    -- the chunks that may hold every identifier as a word: for each, its words as a phrase or
+    -- the text's word holding it as the parser reads that word (pg_hba.conf is one file token)
+    IF NOT filtered AND q.identifiers IS NOT NULL THEN
+        SELECT string_agg('(' || x.alternatives || ')', ' & ')::tsquery INTO identifier_query
+          FROM (SELECT string_agg(DISTINCT v.p::text, ' | ') AS alternatives
+                  FROM unnest(q.identifiers) AS i
+                 CROSS JOIN LATERAL (
+                       SELECT phraseto_tsquery('english'::regconfig, i) AS p
+                       UNION
+                       SELECT phraseto_tsquery('english'::regconfig, w)
+                         FROM regexp_split_to_table(left(query_text, 20000), '\s+') AS w
+                        WHERE w ~* ('\m' || i || '\M')) v
+                 WHERE numnode(v.p) > 0
+                 GROUP BY i) x;
+    END IF;
     FOR coll IN
         SELECT c.name FROM kb.collections c
          WHERE (f.collections IS NULL OR c.name = ANY (f.collections))
@@ -147,8 +164,8 @@ BEGIN
                 '  LIMIT $3)',
                 ext, 'kb.' || idx, coll);
         END IF;
-        IF NOT filtered AND q.identifiers IS NOT NULL THEN
-            -- the chunks holding the identifiers' words (as phrases), which the identifier rule
+        IF identifier_query IS NOT NULL THEN
+            -- the chunks that may hold the identifiers (identifier_query), which the identifier rule
             -- ranks above the others whatever their score: a top-k by score would miss those
             -- with a low one
             parts := parts || format(
@@ -211,7 +228,7 @@ BEGIN
         USING words, NULL::text, top_k, gin_query, document_ids, f.category, f.metadata,
               f.source_pattern, q.strict_query, q.strict_first, q.strict_query, q.identifiers,
               q.excluded, q.required, q.required_words, match_count,
-              websearch_to_tsquery('english'::regconfig, array_to_string(q.identifiers, ' '));
+              identifier_query;
 END;
 $$;
 

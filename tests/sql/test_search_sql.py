@@ -196,6 +196,18 @@ def test_an_identifier_s_chunk_comes_first_however_low_its_score(
     assert got == [{"chunk_id": golden.ids[3], "strict_match": False}]
     ranked = rows(conn, "SELECT chunk_id FROM kb.keyword_search(%s, 10)", (text,))
     assert [r["chunk_id"] for r in ranked][:2] == [golden.ids[3], golden.ids[0]]
+    # the parser reads pg_hba.conf as one file token, not as pg_hba's words: the chunk holding
+    # it is still a candidate of the identifier rule
+    conn.execute(
+        "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
+        "token_count) SELECT document_id, 9, 'Client authentication', "
+        "'Edit pg_hba.conf to let the host connect.', 'sha', 9 FROM kb.chunks WHERE id = %s",
+        (golden.ids[0],),
+    )
+    conn.commit()
+    text = "pg_hba.conf deadlock detected transactions wait"
+    got = rows(conn, "SELECT content FROM kb.keyword_search(%s, 1)", (text,))
+    assert got == [{"content": "Edit pg_hba.conf to let the host connect."}]
 
 
 def test_pg_textsearch_scores_are_the_index_s_own_whatever_the_search_path(
