@@ -1,20 +1,20 @@
 """pg_textsearch query words each once and identifier candidates
 
-Revision ID: 0031
-Revises: 0030
+Revision ID: 0032
+Revises: 0031
 """
 
 from alembic import op
 
 from loader.migration_ops import downgrade_functions, upgrade_functions
 
-revision = "0031"
-down_revision = "0030"
+revision = "0032"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 
 # The functions this revision changes, applied in this order from the store:
-# alembic/functions/<name>/0031.sql
+# alembic/functions/<name>/0032.sql
 FUNCTIONS = ("keyword_search_pg_textsearch",)
 
 
