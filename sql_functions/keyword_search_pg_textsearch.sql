@@ -14,7 +14,10 @@
 --      read's top chunks from its index (Block-Max WAND top-k: match_count of them, ten times
 --      as many up to 1,000 when the text negates words), and, when the text asks for exact
 --      matching (kb.search_query's strict_first), up to 1,000 chunks matching its strict query
---      through the GIN index on tsv;
+--      through the GIN index on tsv, and when it holds identifiers (work_mem, pg_hba), up to
+--      1,000 chunks holding each as a phrase of its words or as the text's word holding it is
+--      parsed (pg_hba.conf: one file token), which the identifier rule below ranks first
+--      whatever their score;
 --   b. a "quoted part" (required), or a category, metadata or source filter, or document_ids:
 --      the chunks that hold the quoted parts (or, without one, any positive lexeme), pass the
 --      filters and belong to the documents, through the GIN index, each scored by its
@@ -25,7 +28,12 @@
 -- a whole word, then BM25 score (pg_textsearch's, positive; a top-k candidate's is the one its
 -- index scan computed, bm25_get_current_score(), not its text scored again), then chunk_id. The
 -- words scored are the text's, without its -negated parts, tokenized by the index's
--- configuration. Collections:
+-- configuration, each lexeme once (a word is left out when its lexemes come from other
+-- words, those of several lexemes first; two hyphenated words sharing a part, web-based and
+-- classroom-based, or one repeating it, metal-on-metal, still give it twice): the SQL BM25
+-- sums over the distinct lexemes, pg_textsearch would count a repeated word again. What differs from kb.keyword_search is the length: pg_textsearch
+-- measures a chunk in words (stored quantized, exact below 40), the SQL BM25 in distinct
+-- lexemes. Collections:
 -- the filters' (kb.search_filters: the caller's scope); every collection when NULL. Raises PK040
 -- when the extension or a collection's index is missing; otherwise never errors on any
 -- query text. match_count is clamped to 1,000. Collections without chunks
@@ -65,6 +73,7 @@ DECLARE
     top_k integer;
     filtered boolean;
     gin_query tsquery;
+    identifier_query tsquery;
     statement text;
     parts text[] := '{}';
 BEGIN
@@ -86,12 +95,46 @@ BEGIN
             USING ERRCODE = 'PK040',
                   HINT = 'run pgkb db upgrade on a server that loads pg_textsearch, or set keyword_backend to sql';
     END IF;
-    -- the words scored: the text without its -negated words and phrases
+    -- the words scored: the text without its -negated words and phrases, each lexeme once:
+    -- kb.keyword_search sums over the text's distinct lexemes, where pg_textsearch would count
+    -- a repeated word again (its query-term frequency). A word is kept when it is the first to
+    -- give one of its lexemes, words of several lexemes (non-teaching: 'non-teach', 'non',
+    -- 'teach') looked at before the others, in the text's order: "teaching ... non-teaching"
+    -- scores 'teach' once. (Two such words sharing a part, web-based and classroom-based,
+    -- still give it twice: a word cannot be passed in part.) Bag of words: the order is free
     words := regexp_replace(left(query_text, 20000), '(^|\s)-("[^"]*"?|\S+)', ' ', 'g');
+    SELECT coalesce(string_agg(k.w, ' ' ORDER BY k.n), '') INTO words
+      FROM (SELECT t.n, t.w
+              FROM (SELECT s.n, s.w, u.key,
+                           min(u.key) OVER (PARTITION BY l.lexeme) AS first_key
+                      FROM regexp_split_to_table(words, '\s+') WITH ORDINALITY AS s(w, n)
+                     CROSS JOIN LATERAL (
+                           SELECT tsvector_to_array(to_tsvector('english'::regconfig, s.w)) AS lexemes) v
+                     CROSS JOIN LATERAL (
+                           SELECT CASE WHEN cardinality(v.lexemes) > 1 THEN s.n
+                                       ELSE s.n + 1000000 END AS key) u
+                     CROSS JOIN LATERAL unnest(v.lexemes) AS l(lexeme)) t
+             WHERE t.key = t.first_key
+             GROUP BY t.n, t.w) k;
     filtered := f.category IS NOT NULL OR f.metadata IS NOT NULL OR f.source_pattern IS NOT NULL
                 OR document_ids IS NOT NULL OR q.required IS NOT NULL;
     top_k := CASE WHEN q.excluded IS NULL THEN match_count ELSE least(1000, 10 * match_count) END;
     gin_query := coalesce(q.required, q.any_query);
+    -- the chunks that may hold every identifier as a word: for each, its words as a phrase or
+    -- the text's word holding it as the parser reads that word (pg_hba.conf is one file token)
+    IF NOT filtered AND q.identifiers IS NOT NULL THEN
+        SELECT string_agg('(' || x.alternatives || ')', ' & ')::tsquery INTO identifier_query
+          FROM (SELECT string_agg(DISTINCT v.p::text, ' | ') AS alternatives
+                  FROM unnest(q.identifiers) AS i
+                 CROSS JOIN LATERAL (
+                       SELECT phraseto_tsquery('english'::regconfig, i) AS p
+                       UNION
+                       SELECT phraseto_tsquery('english'::regconfig, w)
+                         FROM regexp_split_to_table(left(query_text, 20000), '\s+') AS w
+                        WHERE w ~* ('\m' || i || '\M')) v
+                 WHERE numnode(v.p) > 0
+                 GROUP BY i) x;
+    END IF;
     FOR coll IN
         SELECT c.name FROM kb.collections c
          WHERE (f.collections IS NULL OR c.name = ANY (f.collections))
@@ -119,6 +162,15 @@ BEGIN
                 '   FROM kb.chunks c WHERE c.collection = %3$L'
                 '  ORDER BY (c.heading_path || '' '' || c.content) OPERATOR(%1$I.<@>) %1$I.to_bm25query($1, %2$L)'
                 '  LIMIT $3)',
+                ext, 'kb.' || idx, coll);
+        END IF;
+        IF identifier_query IS NOT NULL THEN
+            -- the chunks that may hold the identifiers (identifier_query), which the identifier rule
+            -- ranks above the others whatever their score: a top-k by score would miss those
+            -- with a low one
+            parts := parts || format(
+                '(SELECT c.id, (c.heading_path || '' '' || c.content) OPERATOR(%1$I.<@>) %1$I.to_bm25query($1, %2$L) AS s'
+                '   FROM kb.chunks c WHERE c.collection = %3$L AND c.tsv @@ $17 LIMIT 1000)',
                 ext, 'kb.' || idx, coll);
         END IF;
         IF filtered OR q.strict_first THEN
@@ -175,11 +227,12 @@ BEGIN
     RETURN QUERY EXECUTE statement
         USING words, NULL::text, top_k, gin_query, document_ids, f.category, f.metadata,
               f.source_pattern, q.strict_query, q.strict_first, q.strict_query, q.identifiers,
-              q.excluded, q.required, q.required_words, match_count;
+              q.excluded, q.required, q.required_words, match_count,
+              identifier_query;
 END;
 $$;
 
 COMMENT ON FUNCTION kb.keyword_search_pg_textsearch(text, integer, jsonb, uuid[]) IS
-'Keyword retriever on pg_textsearch''s bm25 index of each collection (own statistics per collection): top-k per collection, or GIN candidates scored by the index with quoted parts, filters or document_ids; then kb.keyword_search''s rules (negation, quoted parts required, strict and identifier matches first, score, chunk_id). Maxima: match_count 1000.';
+'Keyword retriever on pg_textsearch''s bm25 index of each collection (own statistics per collection): each query lexeme once (as the SQL BM25; the length is pg_textsearch''s, in words); top-k per collection (with the chunks holding the text''s identifiers), or GIN candidates scored by the index with quoted parts, filters or document_ids; then kb.keyword_search''s rules (negation, quoted parts required, strict and identifier matches first, score, chunk_id). Maxima: match_count 1000.';
 
 REVOKE ALL ON FUNCTION kb.keyword_search_pg_textsearch(text, integer, jsonb, uuid[]) FROM PUBLIC;

@@ -216,7 +216,8 @@ def _calls(db: Db) -> list[tuple[str, str, tuple[Any, ...]]]:
         ("read_document", "SELECT * FROM kb.read_document(%s::uuid)", (docs[1],)),
         ("neighbor_chunks", "SELECT * FROM kb.neighbor_chunks(%s, 50, 50)", (chunks[0],)),
         ("merge_neighbors", "SELECT * FROM kb.merge_neighbors(%s, 50, 50)", (chunks[2],)),
-        ("chunk_details", "SELECT * FROM kb.chunk_details(%s::bigint[])", (chunks,)),
+        # chunk_details' rows come in no particular order (its join's plan follows eng's size)
+        ("chunk_details", "SELECT * FROM kb.chunk_details(%s::bigint[]) ORDER BY 1", (chunks,)),
         ("pseudo_queries", "SELECT * FROM kb.pseudo_queries(1000)", ()),
         ("collection_list", "SELECT name, documents, chunks FROM kb.collection_list()", ()),
         ("collection_readable", "SELECT kb.collection_readable('hr')", ()),

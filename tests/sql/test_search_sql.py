@@ -169,6 +169,47 @@ def test_negated_words_exclude_chunks(conn: psycopg.Connection[Any], golden: Cor
     assert [r["chunk_id"] for r in got] == [golden.ids[3]]
 
 
+@pytest.mark.usefixtures("keyword_backend")
+def test_a_repeated_query_word_counts_once(conn: psycopg.Connection[Any], golden: Corpus) -> None:
+    # BM25 sums over the query's distinct lexemes on both backends (pg_textsearch would
+    # multiply a word's score by its count in the query): repeating a word, or writing it
+    # inflected again, changes nothing
+    query = "SELECT chunk_id, score FROM kb.keyword_search(%s)"
+    once = rows(conn, query, ("vacuum dead tuples",))
+    assert len(once) >= 2
+    for repeated in ("vacuum vacuum dead tuples", "vacuum dead tuples, vacuuming vacuums"):
+        got = rows(conn, query, (repeated,))
+        assert [r["chunk_id"] for r in got] == [r["chunk_id"] for r in once]
+        assert [r["score"] for r in got] == pytest.approx([r["score"] for r in once], rel=1e-6)
+
+
+@pytest.mark.usefixtures("keyword_backend")
+def test_an_identifier_s_chunk_comes_first_however_low_its_score(
+    conn: psycopg.Connection[Any], golden: Corpus
+) -> None:
+    # no chunk holds every word (no strict match); chunk 0 holds four of them and scores
+    # highest, chunk 3 holds work_mem as a word (chunk 2 only inside maintenance_work_mem):
+    # the identifier rule ranks chunk 3 first even when one row is asked for, so it is a
+    # candidate whatever its score
+    text = "work_mem deadlock detected transactions wait"
+    got = rows(conn, "SELECT chunk_id, strict_match FROM kb.keyword_search(%s, 1)", (text,))
+    assert got == [{"chunk_id": golden.ids[3], "strict_match": False}]
+    ranked = rows(conn, "SELECT chunk_id FROM kb.keyword_search(%s, 10)", (text,))
+    assert [r["chunk_id"] for r in ranked][:2] == [golden.ids[3], golden.ids[0]]
+    # the parser reads pg_hba.conf as one file token, not as pg_hba's words: the chunk holding
+    # it is still a candidate of the identifier rule
+    conn.execute(
+        "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
+        "token_count) SELECT document_id, 9, 'Client authentication', "
+        "'Edit pg_hba.conf to let the host connect.', 'sha', 9 FROM kb.chunks WHERE id = %s",
+        (golden.ids[0],),
+    )
+    conn.commit()
+    text = "pg_hba.conf deadlock detected transactions wait"
+    got = rows(conn, "SELECT content FROM kb.keyword_search(%s, 1)", (text,))
+    assert got == [{"content": "Edit pg_hba.conf to let the host connect."}]
+
+
 def test_pg_textsearch_scores_are_the_index_s_own_whatever_the_search_path(
     conn: psycopg.Connection[Any], golden: Corpus, pg_url: str
 ) -> None:
