@@ -326,14 +326,14 @@ class _TuneBar(_Bar):
 @click.option(
     "--max-steps",
     type=click.IntRange(1),
-    default=1000,  # TrainOptions' (a test checks)
+    default=100,  # TrainOptions' (a test checks)
     show_default=True,
     help="At most this many training steps (bounds the time).",
 )
 @click.option(
     "--batch-size",
     type=click.IntRange(2, 1024),
-    default=32,  # TrainOptions' (a test checks)
+    default=16,  # TrainOptions' (a test checks)
     show_default=True,
     help="Pairs per step; each anchor's negatives are the batch's other passages.",
 )

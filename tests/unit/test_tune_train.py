@@ -80,3 +80,12 @@ def test_the_command_defaults_are_the_training_defaults() -> None:
     defaults = {p.name: p.default for p in models_tune.params}
     for name in ("seed", "epochs", "max_steps", "batch_size", "max_seq_length", "learning_rate"):
         assert defaults[name] == getattr(TrainOptions(), name), name
+
+
+def test_the_defaults_fit_a_two_core_machine() -> None:
+    """The measured budget (docs/measurements/tuning.md): 100 steps of 16 pairs with hard
+    negatives at 128 tokens train all-MiniLM-L6-v2 in under 30 minutes and 4 GB on a shared
+    2-core CPU; 1,000 steps of 32 took hours and 4.3 to 4.6 GiB."""
+    options = TrainOptions()
+    assert (options.max_steps, options.batch_size, options.max_seq_length) == (100, 16, 128)
+    assert options.steps(21_735) == 100  # the whole manual's pairs: the bound, not the epoch
