@@ -1,6 +1,6 @@
 """An ingestion run's progress on stderr: a line redrawn in place at a terminal, one line every
-:data:`LOG_INTERVAL` seconds otherwise (a file, a log, cron), from a
-:class:`~loader.ingest.progress.Tracker`.
+:data:`LOG_INTERVAL` seconds otherwise (a file, a log, cron) and a last one with the final
+counts, from a :class:`~loader.ingest.progress.Tracker`.
 
 A background thread redraws or logs on time, so the line moves (rate, time left) even while one
 long embedding call runs. A run shorter than the interval logs nothing but its summary.
@@ -25,8 +25,8 @@ BAR_WIDTH = 20
 class ProgressDisplay:
     """A :class:`Tracker` (call it with the run's events) shown on ``stream`` (stderr): redrawn
     in place when ``live`` (unset: when stderr and stdout are terminals), else one line every
-    ``interval`` seconds (:data:`LOG_INTERVAL`), a JSON line in a ``--json`` run. Use as a
-    context manager."""
+    ``interval`` seconds (:data:`LOG_INTERVAL`), a JSON line in a ``--json`` run, and then one at
+    the end with the final counts. Use as a context manager."""
 
     def __init__(
         self,
@@ -48,6 +48,7 @@ class ProgressDisplay:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._width = 0
+        self._logged = False
         self._lock = threading.Lock()
 
     def __call__(self, event: str, info: dict[str, Any]) -> None:
@@ -75,10 +76,15 @@ class ProgressDisplay:
             self._thread = None
         if self.live and self._width:
             self._write(self._text(), final=True)
+        elif not self.live and self._logged:
+            # a log that showed the run under way ends with where it ended, not with the last
+            # tick's count (which a tick just before the last batch leaves short of the total)
+            self._write(self._text(), final=True)
 
     def _tick(self) -> None:
         while not self._stop.wait(self.interval):
             self._write(self._text(), final=not self.live)
+            self._logged = True
 
     def _text(self) -> str:
         line = self.tracker.line()

@@ -73,6 +73,34 @@ def test_waiting_for_the_lock_is_said_at_once() -> None:
     assert "waiting for the ingestion lock" in display.tracker.line()
 
 
+def test_a_log_that_showed_the_run_under_way_ends_with_its_final_counts() -> None:
+    # the last batch lands after the last tick and the run closes before the next one: the log
+    # still ends with every chunk embedded (it used to end with the tick's short count)
+    stream = io.StringIO()
+    with ProgressDisplay(stream, live=False, interval=0.05) as display:
+        display("scanned", {"files": ["a"], "bytes": 10})
+        display("file", {"source": "a", "status": "parsed", "bytes": 10, "chunks": 3})
+        deadline = time.monotonic() + 10
+        while not stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        display.interval = 3600.0  # no tick after this one
+        time.sleep(0.2)  # the tick thread back in its wait, on the old interval at most once
+        display._stop.set()  # no further tick: what follows is the closing line's alone
+        display("embedded", {"count": 3, "reused": 0})
+    lines = stream.getvalue().splitlines()
+    assert "0/3 chunks embedded" in lines[0]
+    assert "1/1 files read, 3/3 chunks embedded" in lines[-1]
+
+
+def test_a_run_shorter_than_the_interval_logs_no_progress_line() -> None:
+    stream = io.StringIO()
+    with ProgressDisplay(stream, live=False, interval=60) as display:
+        display("scanned", {"files": ["a"], "bytes": 10})
+        display("file", {"source": "a", "status": "parsed", "bytes": 10, "chunks": 3})
+        display("embedded", {"count": 3, "reused": 0})
+    assert stream.getvalue() == ""
+
+
 def test_lines_at_an_interval_when_not_live_and_redrawn_in_place_when_live() -> None:
     for live in (False, True):
         stream = io.StringIO()
