@@ -291,7 +291,7 @@ CREATE TABLE kb.term_postings (
 );
 
 -- comment: TABLE term_postings
-COMMENT ON TABLE kb.term_postings IS 'Impact-ordered postings of the lexemes held by more than 1000 chunks (impact: kb.term_impacts), kept current by the statistics trigger on kb.chunks; kb.keyword_search reads a common word''s best chunks from it.';
+COMMENT ON TABLE kb.term_postings IS 'Impact-ordered postings of the lexemes held by more than 100 chunks (impact: kb.term_impacts), kept current by the statistics trigger on kb.chunks; kb.keyword_search reads a common word''s best chunks from it.';
 
 -- view: term_stats
 CREATE VIEW kb.term_stats AS

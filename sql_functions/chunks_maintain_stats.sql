@@ -9,8 +9,8 @@
 --                               uses) of each collection;
 -- and for the whole database
 --   kb.term_postings            every posting (lexeme, impact, chunk) of every lexeme held by
---                               more than 1,000 chunks of the database (impact:
---                               kb.term_impacts): a lexeme that passes 1,000 gets its whole
+--                               more than 100 chunks of the database (impact:
+--                               kb.term_impacts): a lexeme that passes 100 gets its whole
 --                               list, one that falls back loses it,
 -- the statistics a BM25 ranking needs (IDF and average chunk length, for any set of
 -- collections: kb.term_stats and kb.corpus_stats are their sums over every collection) and the
@@ -55,7 +55,7 @@ BEGIN
          USING (SELECT DISTINCT lex.lexeme, o.collection FROM old_rows o, unnest(o.tsv) AS lex) d
          WHERE t.lexeme = d.lexeme AND t.collection = d.collection AND t.df <= 0;
         -- the old chunks' postings (found again by their impacts), then the whole lists of the
-        -- lexemes now held by 1,000 chunks or fewer
+        -- lexemes now held by 100 chunks or fewer
         DELETE FROM kb.term_postings p
          USING (SELECT o.id, i.lexeme, i.impact FROM old_rows o, kb.term_impacts(o.tsv) AS i) x
          WHERE p.lexeme = x.lexeme AND p.impact = x.impact AND p.chunk_id = x.id;
@@ -63,7 +63,7 @@ BEGIN
          USING (SELECT DISTINCT lex.lexeme FROM old_rows o, unnest(o.tsv) AS lex) d
          WHERE p.lexeme = d.lexeme
            AND coalesce((SELECT sum(t.df) FROM kb.collection_term_stats t
-                          WHERE t.lexeme = d.lexeme), 0) <= 1000;
+                          WHERE t.lexeme = d.lexeme), 0) <= 100;
     END IF;
 
     IF TG_OP IN ('INSERT', 'UPDATE') THEN
@@ -90,10 +90,10 @@ BEGIN
          ORDER BY lex.lexeme, nr.collection
         ON CONFLICT (lexeme, collection) DO UPDATE SET df = t.df + excluded.df;
 
-        -- the statement's lexemes now held by more than 1,000 chunks of the database, and those
-        -- of them this statement took past 1,000
-        SELECT array_agg(g.lexeme) FILTER (WHERE g.df > 1000),
-               array_agg(g.lexeme) FILTER (WHERE g.df > 1000 AND g.df - g.n <= 1000)
+        -- the statement's lexemes now held by more than 100 chunks of the database, and those
+        -- of them this statement took past 100
+        SELECT array_agg(g.lexeme) FILTER (WHERE g.df > 100),
+               array_agg(g.lexeme) FILTER (WHERE g.df > 100 AND g.df - g.n <= 100)
           INTO common, crossed
           FROM (SELECT a.lexeme, a.n,
                        (SELECT sum(t.df) FROM kb.collection_term_stats t
@@ -108,7 +108,7 @@ BEGIN
           FROM new_rows nr, kb.term_impacts(nr.tsv) AS i, unnest(common) AS c(lexeme)
          WHERE c.lexeme = i.lexeme
          ORDER BY 1, 2, 3;
-        -- ... and, for the lexemes this statement took past 1,000, the postings of the chunks
+        -- ... and, for the lexemes this statement took past 100, the postings of the chunks
         -- stored before it: through the GIN index for a few such lexemes (an incremental
         -- ingest), by one pass over the chunks for many (a bulk load)
         IF cardinality(crossed) <= 16 THEN
@@ -133,4 +133,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION kb.chunks_maintain_stats() IS
-'Trigger: keeps kb.collection_term_stats (chunk frequency per lexeme and collection), kb.collection_stats (chunk count, sum of distinct lexemes per chunk, per collection) and kb.term_postings (impact-ordered postings of lexemes in more than 1000 chunks) in step with kb.chunks, for BM25 ranking.';
+'Trigger: keeps kb.collection_term_stats (chunk frequency per lexeme and collection), kb.collection_stats (chunk count, sum of distinct lexemes per chunk, per collection) and kb.term_postings (impact-ordered postings of lexemes in more than 100 chunks) in step with kb.chunks, for BM25 ranking.';

@@ -47,7 +47,9 @@
 --      max_postings (and the rarest one when it is held by at most 1,000 chunks), every chunk
 --      holding them is a candidate; the next ones held by at most 1,000 chunks, while they fit
 --      four times max_postings, only weigh in (b)'s choice, each of their chunks getting idf
---      (a typical impact: one occurrence in a chunk of average length);
+--      (a typical impact: one occurrence in a chunk of average length): their chunk ids read
+--      from kb.term_postings' index when the database's chunks holding the word are more than
+--      100 (no chunk row read), through the GIN index otherwise;
 --   b. what is left of max_postings after (a) (at least match_count) goes to the chunks the
 --      query's words weigh most for: for the other lexemes held by more than 1,000 chunks
 --      (common words), their best postings from kb.term_postings, where each common word's list is in
@@ -116,6 +118,8 @@ DECLARE
     whole_query tsquery;
     weigh text[];
     weigh_idfs double precision[];
+    posted text[];
+    posted_idfs double precision[];
     listed text[];
     listed_idfs double precision[];
     gin_postings bigint;
@@ -165,7 +169,10 @@ BEGIN
     -- narrows the call), and each positive lexeme's df and idf and which way its chunks are
     -- found: the rarest through the GIN index, all their chunks candidates (whole); the next
     -- ones held by at most 1,000 chunks, while they fit four times max_postings, weigh in the
-    -- choice of the others (weigh); the common ones from their impact-ordered postings (listed)
+    -- choice of the others (their chunks through the GIN index when at most 100 chunks hold
+    -- them: weigh; from kb.term_postings, which holds every posting of a word held by more than
+    -- 100 chunks of the database, otherwise: posted); the common ones from their
+    -- impact-ordered postings (listed)
     WITH st AS (
         SELECT greatest(coalesce(sum(s.chunk_count), 0), 1)::double precision AS n,
                greatest(coalesce(sum(s.total_lexemes), 0), 1)::double precision AS total
@@ -176,15 +183,17 @@ BEGIN
            array_agg(t.idf ORDER BY t.ord),
            array_agg(t.query ORDER BY t.ord),
            string_agg(t.quoted, ' | ') FILTER (WHERE t.whole),
-           array_agg(t.lexeme ORDER BY t.ord) FILTER (WHERE t.weighs),
-           array_agg(t.idf ORDER BY t.ord) FILTER (WHERE t.weighs),
-           array_agg(t.query ORDER BY t.ord) FILTER (WHERE t.weighs),
-           string_agg(t.quoted, ' | ') FILTER (WHERE t.weighs),
+           array_agg(t.lexeme ORDER BY t.ord) FILTER (WHERE t.weighs AND t.df <= 100),
+           array_agg(t.idf ORDER BY t.ord) FILTER (WHERE t.weighs AND t.df <= 100),
+           array_agg(t.query ORDER BY t.ord) FILTER (WHERE t.weighs AND t.df <= 100),
+           string_agg(t.quoted, ' | ') FILTER (WHERE t.weighs AND t.df <= 100),
+           array_agg(t.lexeme ORDER BY t.ord) FILTER (WHERE t.weighs AND t.df > 100),
+           array_agg(t.idf ORDER BY t.ord) FILTER (WHERE t.weighs AND t.df > 100),
            array_agg(t.lexeme ORDER BY t.ord) FILTER (WHERE t.df > 1000 AND NOT t.whole),
            array_agg(t.idf ORDER BY t.ord) FILTER (WHERE t.df > 1000 AND NOT t.whole),
            coalesce(sum(t.df) FILTER (WHERE t.whole), 0)
       INTO n_chunks, avgdl, idfs, lexeme_queries, whole_query, weigh, weigh_idfs, weigh_queries,
-           weigh_query, listed, listed_idfs, gin_postings
+           weigh_query, posted, posted_idfs, listed, listed_idfs, gin_postings
       FROM st
       LEFT JOIN LATERAL (
            SELECT u.*, u.quoted::tsquery AS query,
@@ -254,6 +263,13 @@ BEGIN
               FROM p, kb.chunks c
              WHERE c.tsv @@ weigh_query
                AND (f.collections IS NULL OR c.collection = ANY (f.collections))
+            UNION ALL
+            SELECT tp.chunk_id, l.idf
+              FROM unnest(posted, posted_idfs) AS l(lexeme, idf)
+              JOIN kb.term_postings tp ON tp.lexeme = l.lexeme
+             WHERE f.collections IS NULL OR EXISTS (
+                       SELECT 1 FROM kb.chunks c
+                        WHERE c.id = tp.chunk_id AND c.collection = ANY (f.collections))
             UNION ALL
             SELECT tp.chunk_id, tp.impact * l.idf
               FROM unnest(listed, listed_idfs) AS l(lexeme, idf)
@@ -456,7 +472,8 @@ BEGIN
         statement := format('WITH scored AS (%s) ', format(cols, 'c.tsv @@ $20'));
     ELSE
         -- whole: scored as they are found; chosen: the other chunks the words weigh most for
-        -- (the weigh lexemes' chunks through the GIN index, each lexeme held giving its idf; the
+        -- (the weigh lexemes' chunks, through the GIN index or from kb.term_postings, each lexeme
+        -- held giving its idf; the
         -- common words' best postings, idf * impact), up to gin_postings + budget in all
         FOR i IN 1 .. coalesce(cardinality(weigh), 0) LOOP
             weigh_sum := weigh_sum || format(' + CASE WHEN c.tsv @@ $21[%s] THEN $22[%s] ELSE 0 END', i, i);
@@ -474,6 +491,14 @@ BEGIN
             concat_ws(' UNION ALL ',
                 CASE WHEN weigh IS NOT NULL THEN
                     format('SELECT c.id, %s FROM kb.chunks c WHERE c.tsv @@ $23 %s', weigh_sum, narrowed)
+                END,
+                CASE WHEN posted IS NOT NULL THEN
+                    'SELECT tp.chunk_id, l.idf'
+                    '  FROM unnest($30, $31) AS l(lexeme, idf)'
+                    '  JOIN kb.term_postings tp ON tp.lexeme = l.lexeme'
+                    || CASE WHEN narrowed = '' THEN ''
+                            ELSE ' WHERE EXISTS (SELECT 1 FROM kb.chunks c WHERE c.id = tp.chunk_id'
+                                 || narrowed || ')' END
                 END,
                 CASE WHEN listed IS NOT NULL THEN
                     'SELECT tp.chunk_id, tp.impact * l.idf'
@@ -508,7 +533,7 @@ BEGIN
               weigh_queries, weigh_idfs,
               weigh_query,
               listed, listed_idfs, per_list, gin_postings + budget, whole_query::tsquery,
-              q.strict_first;
+              q.strict_first, posted, posted_idfs;
 END;
 $$;
 

@@ -3,7 +3,7 @@
 -- Recomputes the keyword statistics from kb.chunks in a few set-wise statements, replacing
 -- whatever they held: kb.collection_term_stats (chunks of each collection holding each lexeme),
 -- kb.collection_stats (chunk count and sum of length(tsv) per collection) and kb.term_postings
--- (every posting of every lexeme held by more than 1,000 chunks of the database, with its
+-- (every posting of every lexeme held by more than 100 chunks of the database, with its
 -- kb.term_impacts impact), then ANALYZE of the three, so the planner knows their sizes at once.
 -- The result equals what the statistics trigger (kb.chunks_maintain_stats) keeps row by row; it
 -- is the bulk path: the trigger calls it for a statement that at least doubles a database of
@@ -74,7 +74,7 @@ BEGIN
            unnest(c.tsv) AS t,
            LATERAL (SELECT coalesce(array_length(t.positions, 1), 1)::float8 AS tf) f
      WHERE t.lexeme IN (SELECT s.lexeme FROM kb.collection_term_stats s
-                         GROUP BY s.lexeme HAVING sum(s.df) > 1000);
+                         GROUP BY s.lexeme HAVING sum(s.df) > 100);
     GET DIAGNOSTICS n_postings = ROW_COUNT;
     ALTER TABLE kb.term_postings ADD CONSTRAINT term_postings_pkey
         PRIMARY KEY (lexeme, impact, chunk_id);

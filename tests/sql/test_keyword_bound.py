@@ -1,5 +1,5 @@
 """The keyword leg's work bound: kb.term_postings (impact-ordered postings of the lexemes held by
-more than 1,000 chunks) kept exact by the statistics trigger, and kb.keyword_search reading a
+more than 100 chunks) kept exact by the statistics trigger, and kb.keyword_search reading a
 common word's best postings from it with the ranking of the exact sum."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+from loader import resources
 from loader.db import queries
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india"]
@@ -40,7 +41,7 @@ def _expected(conn: psycopg.Connection[Any]) -> set[tuple[str, float, int]]:
         """
         SELECT i.lexeme, i.impact, c.id
           FROM kb.chunks c, kb.term_impacts(c.tsv) AS i, kb.term_stats t
-         WHERE t.lexeme = i.lexeme AND t.df > 1000
+         WHERE t.lexeme = i.lexeme AND t.df > 100
         """
     ).fetchall()
     return {(r[0], r[1], r[2]) for r in rows}
@@ -52,21 +53,21 @@ def _stored(conn: psycopg.Connection[Any]) -> set[tuple[str, float, int]]:
 
 
 def test_the_trigger_keeps_the_common_lexemes_lists_whole(conn: psycopg.Connection[Any]) -> None:
-    doc = _load(conn, 900)
-    assert _stored(conn) == set()  # nothing is held by more than 1,000 chunks yet
-    _load(conn, 300, seed=8)  # 'chapter' passes 1,000: its whole list, both loads' chunks
+    doc = _load(conn, 90)
+    assert _stored(conn) == set()  # nothing is held by more than 100 chunks yet
+    _load(conn, 30, seed=8)  # 'chapter' passes 100: its whole list, both loads' chunks
     stored = _stored(conn)
     assert stored == _expected(conn)
     assert {lexeme for lexeme, _, _ in stored} == {"chapter"}
-    assert len(stored) == 1200
+    assert len(stored) == 120
     conn.execute(
-        "DELETE FROM kb.chunks WHERE document_id = %s AND chunk_index < 100", (doc,)
-    )  # 1,100 left: the list loses those 100 postings
-    assert _stored(conn) == _expected(conn) and len(_stored(conn)) == 1100
-    conn.execute("UPDATE kb.chunks SET content = content || ' chapter' WHERE chunk_index = 150")
+        "DELETE FROM kb.chunks WHERE document_id = %s AND chunk_index < 10", (doc,)
+    )  # 110 left: the list loses those 10 postings
+    assert _stored(conn) == _expected(conn) and len(_stored(conn)) == 110
+    conn.execute("UPDATE kb.chunks SET content = content || ' chapter' WHERE chunk_index = 15")
     assert _stored(conn) == _expected(conn)  # the updated chunks' impacts changed
-    conn.execute("DELETE FROM kb.chunks WHERE document_id = %s AND chunk_index < 300", (doc,))
-    assert _stored(conn) == set()  # 900 left: no list
+    conn.execute("DELETE FROM kb.chunks WHERE document_id = %s AND chunk_index < 30", (doc,))
+    assert _stored(conn) == set()  # 90 left: no list
 
 
 def test_a_common_word_reads_its_list_with_the_exact_ranking(
@@ -139,7 +140,7 @@ def test_the_budget_goes_to_the_postings_that_weigh_most(conn: psycopg.Connectio
 def test_many_lexemes_passing_at_once_are_listed_by_one_pass(
     conn: psycopg.Connection[Any],
 ) -> None:
-    """More than 16 lexemes crossing 1,000 in one statement: the pass over the stored chunks."""
+    """More than 16 lexemes crossing 100 in one statement: the pass over the stored chunks."""
     doc = uuid.uuid4()
     conn.execute(
         "INSERT INTO kb.documents (id, source_uri, title, content_sha) "
@@ -147,7 +148,7 @@ def test_many_lexemes_passing_at_once_are_listed_by_one_pass(
         (doc,),
     )
     words = " ".join(f"word{chr(97 + k)}" for k in range(20))
-    for start, n in ((0, 900), (900, 150)):
+    for start, n in ((0, 90), (90, 15)):
         with conn.cursor().copy(
             "COPY kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
             "token_count) FROM STDIN"
@@ -157,7 +158,7 @@ def test_many_lexemes_passing_at_once_are_listed_by_one_pass(
     stored = _stored(conn)
     assert stored == _expected(conn)
     lexemes = {lexeme for lexeme, _, _ in stored}  # the English stemmer merges a few words
-    assert len(lexemes) > 16 and len(stored) == len(lexemes) * 1050
+    assert len(lexemes) > 16 and len(stored) == len(lexemes) * 105
 
 
 # --- the bulk path: one statement loading a corpus recomputes the statistics set-wise ----------
@@ -213,7 +214,7 @@ def _recomputed(conn: psycopg.Connection[Any]) -> dict[str, Any]:
                 SELECT i.lexeme, i.impact, c.document_id, c.chunk_index
                   FROM kb.chunks c, kb.term_impacts(c.tsv) AS i
                  WHERE i.lexeme IN (SELECT l.lexeme FROM kb.chunks x, unnest(x.tsv) l
-                                     GROUP BY 1 HAVING count(*) > 1000)
+                                     GROUP BY 1 HAVING count(*) > 100)
                 """
             ).fetchall()
         ),
@@ -282,19 +283,19 @@ def test_a_bulk_load_gives_the_statistics_row_by_row_inserts_give(
 def test_a_deferred_load_is_made_exact_by_one_rebuild(conn: psycopg.Connection[Any]) -> None:
     """pgkb.defer_keyword_stats: a loader writing in several statements (or connections) leaves
     the statistics alone, then one kb.rebuild_keyword_stats() gives what the trigger would."""
-    doc = _load(conn, 700)
+    doc = _load(conn, 70)
     conn.commit()
     kept = _statistics(conn)
     conn.execute("SET LOCAL pgkb.defer_keyword_stats = 'on'")
-    _load(conn, 400, seed=9)  # 'chapter' passes 1,000: untouched while deferred
-    conn.execute("DELETE FROM kb.chunks WHERE document_id = %s AND chunk_index < 20", (doc,))
+    _load(conn, 40, seed=9)  # 'chapter' passes 100: untouched while deferred
+    conn.execute("DELETE FROM kb.chunks WHERE document_id = %s AND chunk_index < 2", (doc,))
     assert _statistics(conn) == kept
     conn.execute("SET ROLE kb_writer")
     counts = conn.execute("SELECT kb.rebuild_keyword_stats()").fetchone()
     assert counts == (
-        {"chunks": 1080, "lexemes": len(_recomputed(conn)["terms"]), "postings": 1080},
+        {"chunks": 108, "lexemes": len(_recomputed(conn)["terms"]), "postings": 108},
     )
-    assert _statistics(conn) == _recomputed(conn) and len(_statistics(conn)["postings"]) == 1080
+    assert _statistics(conn) == _recomputed(conn) and len(_statistics(conn)["postings"]) == 108
     conn.rollback()
 
 
@@ -355,9 +356,10 @@ def test_the_rebuild_stores_the_impacts_kb_term_impacts_gives(
     ).fetchall()
     direct = conn.execute(
         "SELECT i.lexeme, i.impact, c.id FROM kb.chunks c, kb.term_impacts(c.tsv) i "
-        "WHERE i.lexeme IN ('chapter', 'part') ORDER BY 3, 1"
+        "WHERE i.lexeme IN ('chapter', 'part', '0', '1', '2', '3', '4', '5', '6') ORDER BY 3, 1"
     ).fetchall()
-    assert len(stored) == 2_200 and stored == direct  # 'part': every chunk's heading
+    # 'part' and one digit in every chunk's heading (each digit held by 157 chunks)
+    assert len(stored) == 3_300 and stored == direct
     assert len({impact for _, impact, _ in stored}) > 100  # varied impacts, not one value
     row = conn.execute(
         "SELECT collation_name FROM information_schema.columns "
@@ -365,3 +367,68 @@ def test_the_rebuild_stores_the_impacts_kb_term_impacts_gives(
     ).fetchone()
     assert row == ("C",)
     conn.rollback()
+
+
+def test_weighing_words_read_from_the_postings_choose_as_the_gin_index_did(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The words that only weigh in the choice (held by 101 to 1,000 chunks, beyond the whole
+    candidates' budget) are read from kb.term_postings, no chunk row: the same rows, ranks and
+    scores as migration 0029's function, which read their chunks through the GIN index (its
+    stored text, created in a schema of its own, on the same data)."""
+    old = (resources.alembic_dir() / "functions" / "keyword_search" / "0029.sql").read_text()
+    conn.execute("CREATE SCHEMA kb_0029")
+    conn.execute(old.replace("kb.keyword_search(", "kb_0029.keyword_search("))
+    rnd = random.Random(11)
+    doc = uuid.uuid4()
+    conn.execute(
+        "INSERT INTO kb.documents (id, source_uri, title, content_sha) "
+        "VALUES (%s, 'mem://p', 't', 'x')",
+        (doc,),
+    )
+    # 'alpha' in 150 chunks, 'bravo' in about 300, 'charlie' in about 450, 'delta' in 2,000:
+    # with max_postings 200, alpha's chunks are whole, bravo and charlie weigh, delta is listed
+    rows = []
+    for i in range(2_000):
+        words = ["delta"] * rnd.randint(1, 3) + [f"w{rnd.randint(0, 3000)}" for _ in range(30)]
+        if i < 150:  # alpha's chunks hold neither weighing word
+            words += ["alpha"]
+        else:  # about 60 chunks hold both: the best of every query with both words
+            words += ["bravo"] * (rnd.random() < 0.16)
+            words += ["charlie"] * rnd.randint(1, 3) * (rnd.random() < 0.24)
+        rnd.shuffle(words)
+        rows.append((i, " ".join(words)))
+    _copy_rows(conn, doc, rows)
+    df = dict(
+        conn.execute(
+            "SELECT lexeme, df FROM kb.term_stats WHERE lexeme IN ('bravo', 'charli')"
+        ).fetchall()
+    )
+    assert all(100 < n <= 1000 for n in df.values()) and len(df) == 2, df
+    posted = conn.execute(
+        "SELECT count(*) FROM kb.term_postings WHERE lexeme IN ('bravo', 'charli')"
+    ).fetchone()
+    assert posted == (sum(df.values()),)
+    for query in ("alpha bravo charlie", "alpha bravo charlie delta", "bravo charlie delta"):
+        for budget in (200, 1000):
+            got, before = (
+                conn.execute(
+                    f"SELECT chunk_id, rank, round(score::numeric, 9) FROM {schema}.keyword_search("
+                    "%s, 20, max_postings => %s)",
+                    (query, budget),
+                ).fetchall()
+                for schema in ("kb", "kb_0029")
+            )
+            assert len(got) == 20 and got == before, (query, budget)
+    # with a collection filter (the planned statement) or a source filter (the statement built
+    # for the call) the postings are narrowed to their chunks, as the rows were
+    scoped = (
+        "SELECT chunk_id, round(score::numeric, 9) FROM {}.keyword_search("
+        "'alpha bravo charlie', 20, %s, max_postings => 200)"
+    )
+    for filters in ('{"collections": ["default"]}', '{"source": "mem://%"}'):
+        got, before = (
+            conn.execute(scoped.format(schema), (filters,)).fetchall()
+            for schema in ("kb", "kb_0029")
+        )
+        assert len(got) == 20 and got == before, filters
