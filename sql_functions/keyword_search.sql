@@ -46,10 +46,10 @@
 --   a. the rarest lexemes through the GIN index: while their postings together fit
 --      max_postings (and the rarest one when it is held by at most 1,000 chunks), every chunk
 --      holding them is a candidate; the next ones held by at most 1,000 chunks, while they fit
---      four times max_postings, only weigh in (b)'s choice, each of their chunks getting idf
---      (a typical impact: one occurrence in a chunk of average length): their chunk ids read
---      from kb.term_postings' index when the database's chunks holding the word are more than
---      100 (no chunk row read), through the GIN index otherwise;
+--      four times max_postings, only weigh in (b)'s choice: each of their chunks gets idf *
+--      impact from the word's posting in kb.term_postings when the database's chunks holding
+--      the word are more than 100 (an index read, no chunk row), else idf (a typical impact:
+--      one occurrence in a chunk of average length) through the GIN index;
 --   b. what is left of max_postings after (a) (at least match_count) goes to the chunks the
 --      query's words weigh most for: for the other lexemes held by more than 1,000 chunks
 --      (common words), their best postings from kb.term_postings, where each common word's list is in
@@ -264,7 +264,7 @@ BEGIN
              WHERE c.tsv @@ weigh_query
                AND (f.collections IS NULL OR c.collection = ANY (f.collections))
             UNION ALL
-            SELECT tp.chunk_id, l.idf
+            SELECT tp.chunk_id, l.idf * tp.impact
               FROM unnest(posted, posted_idfs) AS l(lexeme, idf)
               JOIN kb.term_postings tp ON tp.lexeme = l.lexeme
              WHERE f.collections IS NULL OR EXISTS (
@@ -472,8 +472,8 @@ BEGIN
         statement := format('WITH scored AS (%s) ', format(cols, 'c.tsv @@ $20'));
     ELSE
         -- whole: scored as they are found; chosen: the other chunks the words weigh most for
-        -- (the weigh lexemes' chunks, through the GIN index or from kb.term_postings, each lexeme
-        -- held giving its idf; the
+        -- (the weigh lexemes' chunks, from kb.term_postings with idf * impact or through the GIN
+        -- index with idf; the
         -- common words' best postings, idf * impact), up to gin_postings + budget in all
         FOR i IN 1 .. coalesce(cardinality(weigh), 0) LOOP
             weigh_sum := weigh_sum || format(' + CASE WHEN c.tsv @@ $21[%s] THEN $22[%s] ELSE 0 END', i, i);
@@ -493,7 +493,7 @@ BEGIN
                     format('SELECT c.id, %s FROM kb.chunks c WHERE c.tsv @@ $23 %s', weigh_sum, narrowed)
                 END,
                 CASE WHEN posted IS NOT NULL THEN
-                    'SELECT tp.chunk_id, l.idf'
+                    'SELECT tp.chunk_id, l.idf * tp.impact'
                     '  FROM unnest($30, $31) AS l(lexeme, idf)'
                     '  JOIN kb.term_postings tp ON tp.lexeme = l.lexeme'
                     || CASE WHEN narrowed = '' THEN ''

@@ -10,7 +10,6 @@ from typing import Any
 
 import psycopg
 
-from loader import resources
 from loader.db import queries
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india"]
@@ -369,16 +368,14 @@ def test_the_rebuild_stores_the_impacts_kb_term_impacts_gives(
     conn.rollback()
 
 
-def test_weighing_words_read_from_the_postings_choose_as_the_gin_index_did(
+def test_weighing_words_read_from_the_postings_choose_by_bm25(
     conn: psycopg.Connection[Any],
 ) -> None:
     """The words that only weigh in the choice (held by 101 to 1,000 chunks, beyond the whole
-    candidates' budget) are read from kb.term_postings, no chunk row: the same rows, ranks and
-    scores as migration 0029's function, which read their chunks through the GIN index (its
-    stored text, created in a schema of its own, on the same data)."""
-    old = (resources.alembic_dir() / "functions" / "keyword_search" / "0029.sql").read_text()
-    conn.execute("CREATE SCHEMA kb_0029")
-    conn.execute(old.replace("kb.keyword_search(", "kb_0029.keyword_search("))
+    candidates' budget) are read from kb.term_postings, no chunk row, each posting weighing idf *
+    impact: the 100 chunks chosen among the 230 holding both weighing words are their best by
+    BM25, so the top 20 equal the exact ranking (every posting read). Reading no posting, or
+    weighing each by idf alone (all 230 equal, the newest chosen), gives other top 20s."""
     rnd = random.Random(11)
     doc = uuid.uuid4()
     conn.execute(
@@ -386,16 +383,17 @@ def test_weighing_words_read_from_the_postings_choose_as_the_gin_index_did(
         "VALUES (%s, 'mem://p', 't', 'x')",
         (doc,),
     )
-    # 'alpha' in 150 chunks, 'bravo' in about 300, 'charlie' in about 450, 'delta' in 2,000:
-    # with max_postings 200, alpha's chunks are whole, bravo and charlie weigh, delta is listed
+    # 'alpha' in 150 chunks (whole with max_postings 250), 'charlie' in about 230 and 'bravo' in
+    # about 460 (both weigh), 'delta' in all 2,000 (listed)
     rows = []
     for i in range(2_000):
         words = ["delta"] * rnd.randint(1, 3) + [f"w{rnd.randint(0, 3000)}" for _ in range(30)]
         if i < 150:  # alpha's chunks hold neither weighing word
             words += ["alpha"]
-        else:  # about 60 chunks hold both: the best of every query with both words
-            words += ["bravo"] * (rnd.random() < 0.16)
-            words += ["charlie"] * rnd.randint(1, 3) * (rnd.random() < 0.24)
+        elif rnd.random() < 0.25:  # half of bravo's chunks hold charlie too
+            words += ["bravo"] * rnd.randint(1, 3)
+            words += ["charlie"] * rnd.randint(1, 3) * (rnd.random() < 0.5)
+        words += [f"w{rnd.randint(0, 3000)}" for _ in range(rnd.randint(0, 40))]  # lengths vary
         rnd.shuffle(words)
         rows.append((i, " ".join(words)))
     _copy_rows(conn, doc, rows)
@@ -409,26 +407,14 @@ def test_weighing_words_read_from_the_postings_choose_as_the_gin_index_did(
         "SELECT count(*) FROM kb.term_postings WHERE lexeme IN ('bravo', 'charli')"
     ).fetchone()
     assert posted == (sum(df.values()),)
-    for query in ("alpha bravo charlie", "alpha bravo charlie delta", "bravo charlie delta"):
-        for budget in (200, 1000):
-            got, before = (
-                conn.execute(
-                    f"SELECT chunk_id, rank, round(score::numeric, 9) FROM {schema}.keyword_search("
-                    "%s, 20, max_postings => %s)",
-                    (query, budget),
-                ).fetchall()
-                for schema in ("kb", "kb_0029")
-            )
-            assert len(got) == 20 and got == before, (query, budget)
-    # with a collection filter (the planned statement) or a source filter (the statement built
-    # for the call) the postings are narrowed to their chunks, as the rows were
-    scoped = (
-        "SELECT chunk_id, round(score::numeric, 9) FROM {}.keyword_search("
-        "'alpha bravo charlie', 20, %s, max_postings => 200)"
+    call = (
+        "SELECT chunk_id, rank, round(score::numeric, 9) FROM kb.keyword_search(%s, 20, %s, "
+        "max_postings => %s)"
     )
-    for filters in ('{"collections": ["default"]}', '{"source": "mem://%"}'):
-        got, before = (
-            conn.execute(scoped.format(schema), (filters,)).fetchall()
-            for schema in ("kb", "kb_0029")
-        )
-        assert len(got) == 20 and got == before, filters
+    # with no filter (the planned statement), by collection (the same), by source (the
+    # statement built for the call): the postings narrowed to their chunks
+    for filters in ("{}", '{"collections": ["default"]}', '{"source": "mem://%"}'):
+        for query in ("alpha bravo charlie", "alpha bravo charlie delta"):
+            bounded = conn.execute(call, (query, filters, 250)).fetchall()
+            exact = conn.execute(call, (query, filters, None)).fetchall()
+            assert len(bounded) == 20 and bounded == exact, (query, filters)
