@@ -315,13 +315,16 @@ def _run_until(
     stop: signal.Signals,
 ) -> int:
     """Run ``pgkb models tune ARGS`` in its own process and send it ``stop`` once ``ready()``
-    holds; its exit code."""
+    holds; its exit code. The process starts with SIGINT's default action, as from a terminal: a
+    suite started in the background by a shell without job control inherits SIGINT ignored, and
+    Python then leaves it ignored (the Ctrl-C would go unseen)."""
     with open(log, "wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-c", "from loader.cli import main; main()", "models", "tune", *args],
             env={**os.environ, **env},
             stdout=subprocess.DEVNULL,
             stderr=stderr,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
     try:
         deadline = time.monotonic() + 600
