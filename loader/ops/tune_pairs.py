@@ -95,11 +95,11 @@ def _span(passage: TrainingPassage, seed: int) -> tuple[str, str] | None:
         i for i, s in enumerate(sentences) if SPAN_MIN_WORDS <= len(_words(s)) <= SPAN_MAX_WORDS
     ]
     if len(sentences) > 1 and usable:
-        index = usable[_pick(seed, f"span:{passage.chunk_id}", len(usable))]
+        index = usable[_pick(seed, f"span:{_place(passage)}", len(usable))]
         rest = " ".join(s for i, s in enumerate(sentences) if i != index)
         return sentences[index], rest
     words = _words(content)
-    first = _pick(seed, f"window:{passage.chunk_id}", len(words) - WINDOW_WORDS)
+    first = _pick(seed, f"window:{_place(passage)}", len(words) - WINDOW_WORDS)
     anchor = " ".join(words[first : first + WINDOW_WORDS])
     rest = " ".join(words[:first] + words[first + WINDOW_WORDS :])
     return anchor, rest
@@ -124,8 +124,8 @@ def structure_pairs(
     for passage in passages:
         by_document[passage.document_id].append(passage)
     pairs: list[Pair] = []
-    for document_id in sorted(by_document):
-        chunks = sorted(by_document[document_id], key=lambda p: p.chunk_index)
+    documents = [sorted(group, key=lambda p: p.chunk_index) for group in by_document.values()]
+    for chunks in sorted(documents, key=_document_order):
         lead = chunks[0]
         if lead.title.strip() and len(_words(lead.content)) >= MIN_PASSAGE_WORDS:
             pairs.append(
@@ -160,6 +160,25 @@ def structure_pairs(
                     Pair(anchor, render(cut), "span", passage.chunk_id, passage.document_id)
                 )
     return drop_ambiguous(dedupe(pairs))
+
+
+def _document_order(chunks: Sequence[TrainingPassage]) -> tuple[object, ...]:
+    """A document's place among the others, by what it holds: its source, then its text. Not
+    by its id, which the database draws at random (``gen_random_uuid``): the same corpus in
+    another order, or ingested again, would give the pairs in another order, and so another
+    model (the trainer's batches are drawn by position)."""
+    return (
+        chunks[0].source_uri,
+        chunks[0].title,
+        [(p.chunk_index, p.heading_path, p.content) for p in chunks],
+    )
+
+
+def _place(passage: TrainingPassage) -> str:
+    """A passage's key for the seeded picks: its text. Not its chunk id, which depends on what
+    the database held before, nor its source, which moves with the folder: the same text gives
+    the same span wherever and whenever it was ingested."""
+    return passage.content
 
 
 def dedupe(pairs: Iterable[Pair]) -> list[Pair]:
