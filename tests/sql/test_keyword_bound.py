@@ -15,14 +15,20 @@ from loader.db import queries
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india"]
 
 
-def _load(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> uuid.UUID:
-    """One document of ``n`` chunks: every chunk says 'chapter' 1 to 4 times among other words."""
-    rnd = random.Random(seed)
+def _document(conn: psycopg.Connection[Any], uri: str | None = None) -> uuid.UUID:
+    """A new document row (``mem://<its id>`` unless ``uri`` is given), for chunks to load."""
     doc = uuid.uuid4()
     conn.execute(
         "INSERT INTO kb.documents (id, source_uri, title, content_sha) VALUES (%s, %s, 't', 'x')",
-        (doc, f"mem://{doc}"),
+        (doc, uri or f"mem://{doc}"),
     )
+    return doc
+
+
+def _load(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> uuid.UUID:
+    """One document of ``n`` chunks: every chunk says 'chapter' 1 to 4 times among other words."""
+    rnd = random.Random(seed)
+    doc = _document(conn)
     with conn.cursor().copy(
         "COPY kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
         "token_count) FROM STDIN"
@@ -113,12 +119,7 @@ def test_the_budget_goes_to_the_postings_that_weigh_most(conn: psycopg.Connectio
         + ["bravo chapter"] * 1100
         + ["chapter"] * 2670
     )
-    doc = uuid.uuid4()
-    conn.execute(
-        "INSERT INTO kb.documents (id, source_uri, title, content_sha) "
-        "VALUES (%s, 'mem://w', 't', 'x')",
-        (doc,),
-    )
+    doc = _document(conn, "mem://w")
     with conn.cursor().copy(
         "COPY kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
         "token_count) FROM STDIN"
@@ -140,12 +141,7 @@ def test_many_lexemes_passing_at_once_are_listed_by_one_pass(
     conn: psycopg.Connection[Any],
 ) -> None:
     """More than 16 lexemes crossing 100 in one statement: the pass over the stored chunks."""
-    doc = uuid.uuid4()
-    conn.execute(
-        "INSERT INTO kb.documents (id, source_uri, title, content_sha) "
-        "VALUES (%s, 'mem://m', 't', 'x')",
-        (doc,),
-    )
+    doc = _document(conn, "mem://m")
     words = " ".join(f"word{chr(97 + k)}" for k in range(20))
     for start, n in ((0, 90), (90, 15)):
         with conn.cursor().copy(
@@ -240,12 +236,7 @@ def test_a_bulk_load_gives_the_statistics_row_by_row_inserts_give(
         words += [f"rare{i % 3000}"] + (["table"] * rnd.randint(1, 3) if i % 9 == 0 else [])
         rnd.shuffle(words)
         rows.append((i, " ".join(words)))
-    doc = uuid.uuid4()
-    conn.execute(
-        "INSERT INTO kb.documents (id, source_uri, title, content_sha) VALUES (%s, 'mem://b', "
-        "'t', 'x')",
-        (doc,),
-    )
+    doc = _document(conn, "mem://b")
     conn.execute("GRANT kb_writer TO CURRENT_USER")  # the test's admin may set the role
     conn.execute("SET ROLE kb_writer")
     before = _postings_index(conn)
@@ -291,9 +282,7 @@ def test_a_deferred_load_is_made_exact_by_one_rebuild(conn: psycopg.Connection[A
     assert _statistics(conn) == kept
     conn.execute("SET ROLE kb_writer")
     counts = conn.execute("SELECT kb.rebuild_keyword_stats()").fetchone()
-    assert counts == (
-        {"chunks": 108, "lexemes": len(_recomputed(conn)["terms"]), "postings": 108},
-    )
+    assert counts == ({"chunks": 108, "lexemes": len(_recomputed(conn)["terms"]), "postings": 108},)
     assert _statistics(conn) == _recomputed(conn) and len(_statistics(conn)["postings"]) == 108
     conn.rollback()
 
@@ -335,12 +324,7 @@ def test_the_rebuild_stores_the_impacts_kb_term_impacts_gives(
     """The rebuild's inlined expression and kb.term_impacts agree bit for bit (the row-wise
     trigger finds a posting again by its impact), over chunks of very different lengths and
     term frequencies; the postings' lexemes compare in the C collation."""
-    doc = uuid.uuid4()
-    conn.execute(
-        "INSERT INTO kb.documents (id, source_uri, title, content_sha) "
-        "VALUES (%s, 'mem://i', 't', 'x')",
-        (doc,),
-    )
+    doc = _document(conn, "mem://i")
     rnd = random.Random(5)
     rows = []
     for i in range(1_100):
@@ -377,12 +361,7 @@ def test_weighing_words_read_from_the_postings_choose_by_bm25(
     BM25, so the top 20 equal the exact ranking (every posting read). Reading no posting, or
     weighing each by idf alone (all 230 equal, the newest chosen), gives other top 20s."""
     rnd = random.Random(11)
-    doc = uuid.uuid4()
-    conn.execute(
-        "INSERT INTO kb.documents (id, source_uri, title, content_sha) "
-        "VALUES (%s, 'mem://p', 't', 'x')",
-        (doc,),
-    )
+    doc = _document(conn, "mem://p")
     # 'alpha' in 150 chunks (whole with max_postings 250), 'charlie' in about 230 and 'bravo' in
     # about 460 (both weigh), 'delta' in all 2,000 (listed)
     rows = []
