@@ -29,7 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queries", type=int, default=500, help="questions timed per call")
     parser.add_argument("--questions", type=Path, action="append", default=[])
     parser.add_argument("--recall-queries", type=int, default=100)
-    parser.add_argument("--ef-search", default="40,100,200,400", help="values for the recall")
+    parser.add_argument(
+        "--ef-search",
+        default="default,40,100,200,400",
+        help="values for the recall ('default': the one recorded with the index)",
+    )
     parser.add_argument("--words", type=int, default=10, help="most frequent words timed")
     parser.add_argument("--prewarm", action="store_true", help="pg_prewarm what searches read")
     latency.keyword_backends(parser)
@@ -38,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: Any) -> dict[str, Any]:
     run = common.Run("scale", args)
-    ef_search = [int(e) for e in args.ef_search.split(",")]
+    ef_search = [None if e == "default" else int(e) for e in args.ef_search.split(",")]
     calls = latency.calls(args)[0]
     figures: dict[str, Any] = {"corpora": {}}
     builds, recalls, timings = [], [], []
@@ -83,9 +87,10 @@ def run(args: Any) -> dict[str, Any]:
     return run.finish(figures)
 
 
-def recall(url: str, args: Any, ef_search: list[int]) -> dict[str, Any]:
+def recall(url: str, args: Any, ef_search: list[int | None]) -> dict[str, Any]:
     """recall@20 of kb.vector_search against the exact top 20 (every vector compared, index
-    scans off), with no filter and with the 1% category ``c00``, and its server-side time."""
+    scans off), with no filter and with the 1% category ``c00``, and its server-side time; an
+    ef_search of None is the search's default (the one recorded with the index)."""
     from pgvector.psycopg import register_vector
 
     config = common.model_settings(url)
@@ -119,7 +124,7 @@ def recall(url: str, args: Any, ef_search: list[int]) -> dict[str, Any]:
                     got = {r[0] for r in conn.execute(search, params)}
                     hits.append(len(got & true) / max(len(true), 1))
                     times.append(common.server_ms(conn, search, params))
-                key = f"{'category 1%' if cat else 'no filter'}, {ef}"
+                key = f"{'category 1%' if cat else 'no filter'}, {ef or 'default'}"
                 out[key] = {
                     "recall_at_20": round(statistics.fmean(hits), 4),
                     **common.summary(times),

@@ -210,6 +210,29 @@ def test_an_identifier_s_chunk_comes_first_however_low_its_score(
     assert got == [{"content": "Edit pg_hba.conf to let the host connect."}]
 
 
+@pytest.mark.usefixtures("keyword_backend")
+def test_the_identifier_rule_ranks_its_best_scored_chunks_among_more_than_a_thousand(
+    conn: psycopg.Connection[Any], golden: Corpus
+) -> None:
+    # 1,100 long chunks hold foo_widget (stored first), 20 short ones hold it with gizmo (stored
+    # after), 30 chunks without it score higher (gizmo flux): the identifier rule ranks the
+    # chunks holding foo_widget first, the 20 short ones (the best scored of them) before the
+    # long ones, however many hold it and wherever they are stored
+    filler = " ".join(f"filler{i}" for i in range(60))
+    texts = [f"foo_widget {filler}"] * 1100
+    texts += [f"foo_widget gizmo note {i}" for i in range(20)]
+    texts += [f"gizmo flux remark {i}" for i in range(30)]
+    conn.execute(
+        "INSERT INTO kb.chunks (document_id, chunk_index, heading_path, content, content_sha, "
+        "token_count) SELECT %s, 100 + n, '', t, 'sha', 9 FROM unnest(%s::text[]) "
+        "WITH ORDINALITY AS u(t, n)",
+        (D1, texts),
+    )
+    conn.commit()
+    got = rows(conn, "SELECT content FROM kb.keyword_search('foo_widget gizmo flux', 20)")
+    assert sorted(r["content"] for r in got) == sorted(texts[1100:1120])
+
+
 def test_pg_textsearch_scores_are_the_index_s_own_whatever_the_search_path(
     conn: psycopg.Connection[Any], golden: Corpus, pg_url: str
 ) -> None:
