@@ -18,7 +18,7 @@
 --      the text's identifiers, work_mem, pg_hba, next), the top-k is ten times match_count (up
 --      to 1,000) and every chunk outside it scores lower than each chunk in it: a kind's
 --      other chunks are read only when fewer than match_count of those in it rank above them,
---      scored from their text through the GIN index on tsv: every chunk holding the quoted
+--      scored from their text through the GIN index on tsv: up to 1,000 holding the quoted
 --      parts; up to 1,000 matching the strict query; up to 1,000 that may hold the identifiers
 --      (each as a phrase of its words or as the text's word holding it is parsed: pg_hba.conf
 --      is one file token), those holding each as a whole word;
@@ -231,10 +231,11 @@ BEGIN
                                         OR (NOT need_strict AND n_both < match_count)
                                    ELSE n_exact < match_count END;
             IF q.required IS NOT NULL AND (need_strict OR need_exact OR n_kept < match_count) THEN
-                -- every other chunk holding the quoted parts (exact: bounded by the quoted words)
+                -- up to 1,000 other chunks holding the quoted parts
                 parts := parts || format(
                     '(SELECT c.id, (c.heading_path || '' '' || c.content) OPERATOR(%1$I.<@>) %1$I.to_bm25query($1, %2$L) AS s'
-                    '   FROM kb.chunks c WHERE c.collection = %3$L AND c.tsv @@ $14 AND c.id <> ALL ($18))',
+                    '   FROM kb.chunks c WHERE c.collection = %3$L AND c.tsv @@ $14 AND c.id <> ALL ($18)'
+                    '  LIMIT 1000)',
                     ext, 'kb.' || idx, coll);
             ELSIF q.required IS NULL THEN
                 IF need_exact THEN
