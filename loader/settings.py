@@ -143,14 +143,14 @@ class Settings:
     # --- vector index (HNSW, pgvector) ------------------------------------------------------------
     hnsw_m: int | None = None
     """HNSW graph degree of a model's index when it is built; unset (the default): sized from the
-    model's embeddings at that moment (kb.hnsw_parameters: 16 below 250,000 embeddings, 32 from
+    model's embeddings at that moment (kb.hnsw_parameters: 16 below 250,000 embeddings, 48 from
     250,000). Set, it overrides the size for every index built from then on."""
     hnsw_ef_construction: int | None = None
     """HNSW build-time candidate list (at least 2 * m); unset (the default): sized from the
-    model's embeddings when the index is built (64 below 250,000 embeddings, 128 from 250,000)."""
+    model's embeddings when the index is built (64 below 250,000 embeddings, 200 from 250,000)."""
     hnsw_ef_search: int | None = None
     """HNSW query-time candidate list; unset (the default): the one recorded with the model's
-    index when it was built (200 below 250,000 embeddings, 800 from 250,000; ``pgkb db status``
+    index when it was built (200 below 250,000 embeddings, 300 from 250,000; ``pgkb db status``
     shows it), or 2 * candidates when that is more."""
     hnsw_bulk_threshold: int = 500
     """A load writing at least this many embeddings of a model, and more than its index holds,
