@@ -150,7 +150,7 @@ class Settings:
     model's embeddings when the index is built (64 below 250,000 embeddings, 200 from 250,000)."""
     hnsw_ef_search: int | None = None
     """HNSW query-time candidate list; unset (the default): the one recorded with the model's
-    index when it was built (200 below 250,000 embeddings, 300 from 250,000; ``pgkb db status``
+    index when it was built (200 below 250,000 embeddings, 400 from 250,000; ``pgkb db status``
     shows it), or 2 * candidates when that is more."""
     hnsw_bulk_threshold: int = 500
     """A load writing at least this many embeddings of a model, and more than its index holds,

@@ -1,4 +1,4 @@
-"""The large HNSW tier (250,000 embeddings or more): m 48, ef_construction 200, ef_search 300 (was m 32, 128, 800)
+"""The large HNSW tier (250,000 embeddings or more): m 48, ef_construction 200, ef_search 400 (was m 32, 128, 800)
 
 Revision ID: 0036
 Revises: 0035

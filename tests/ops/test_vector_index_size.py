@@ -35,7 +35,7 @@ def test_tiers_switch_at_a_quarter_million_embeddings(conn: psycopg.Connection[A
     )
     assert [(r["m"], r["ef_construction"], r["ef_search"], r["tier"]) for r in got] == [
         (16, 64, 200, "small")
-    ] * 4 + [(48, 200, 300, "large")] * 2
+    ] * 4 + [(48, 200, 400, "large")] * 2
 
 
 def test_a_new_index_is_sized_and_recorded_and_searched_at_its_ef_search(

@@ -233,7 +233,7 @@ def _read_only_function_calls(
         # the vector index's size and the keyword backend, as pgkb db status shows them
         "hnsw_parameters": (
             "SELECT * FROM kb.hnsw_parameters(300000)",
-            lambda rows: rows == [(48, 200, 300, "large")],
+            lambda rows: rows == [(48, 200, 400, "large")],
         ),
         "hnsw_ef_search": (
             "SELECT kb.hnsw_ef_search(m.id, 20) FROM kb.embedding_models m",

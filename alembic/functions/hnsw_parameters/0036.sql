@@ -7,9 +7,9 @@
 -- `pgkb db reindex` and `pgkb models activate`). Two tiers:
 --   fewer than 250,000 embeddings ('small'):  m 16, ef_construction 64,  ef_search 200
 --                                             (pgvector's graph; the build stays as fast as ever)
---   250,000 or more ('large'):                m 48, ef_construction 200, ef_search 300
+--   250,000 or more ('large'):                m 48, ef_construction 200, ef_search 400
 --                                             (a denser graph, for recall@20 of 0.98 or more at
---                                             a million embeddings, searched at 300: recall and
+--                                             a million embeddings, searched at 400: recall and
 --                                             search time both better than m 32 at 800)
 -- The measurements behind the tiers are in the scaling guide. NULL or a negative count is taken
 -- as 0. Pure (IMMUTABLE): the thresholds are part of the function, changed by a migration.
@@ -26,11 +26,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE WHEN coalesce(embedding_count, 0) >= 250000 THEN 48 ELSE 16 END,
            CASE WHEN coalesce(embedding_count, 0) >= 250000 THEN 200 ELSE 64 END,
-           CASE WHEN coalesce(embedding_count, 0) >= 250000 THEN 300 ELSE 200 END,
+           CASE WHEN coalesce(embedding_count, 0) >= 250000 THEN 400 ELSE 200 END,
            CASE WHEN coalesce(embedding_count, 0) >= 250000 THEN 'large' ELSE 'small' END;
 $$;
 
 COMMENT ON FUNCTION kb.hnsw_parameters(bigint) IS
-'HNSW parameters for a model index of embedding_count vectors: below 250,000 m 16 / ef_construction 64 / ef_search 200 (small), from 250,000 m 48 / ef_construction 200 / ef_search 300 (large).';
+'HNSW parameters for a model index of embedding_count vectors: below 250,000 m 16 / ef_construction 64 / ef_search 200 (small), from 250,000 m 48 / ef_construction 200 / ef_search 400 (large).';
 
 REVOKE ALL ON FUNCTION kb.hnsw_parameters(bigint) FROM PUBLIC;
