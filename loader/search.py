@@ -127,9 +127,11 @@ def search(
     filters: SearchFilters | Mapping[str, Any] | None = None,
     rerank: bool | None = None,
     notes: list[str] | None = None,
+    min_similarity: float | None = None,
 ) -> list[SearchHit]:
     """Search the knowledge base and return the best ``limit`` chunks (default
-    ``settings.match_count``).
+    ``settings.match_count``), none whose cosine similarity is below ``min_similarity`` (None:
+    the setting).
 
     ``rerank`` (hybrid mode): have the configured reranker order the fused top
     ``rerank_candidates`` (None: when ``rerank_provider`` is set; True without one is an error);
@@ -145,7 +147,7 @@ def search(
         hits = _search(
             conn, query_text, query_embedding, settings=settings, mode=mode, limit=limit,
             category=category, document_ids=document_ids, filters=filters, rerank=rerank,
-            notes=notes,
+            notes=notes, min_similarity=min_similarity,
         )  # fmt: skip
         span.set(hits=len(hits), reranked=any(h.rerank_score is not None for h in hits))
     return hits
@@ -164,6 +166,7 @@ def _search(
     filters: SearchFilters | Mapping[str, Any] | None,
     rerank: bool | None,
     notes: list[str] | None,
+    min_similarity: float | None = None,
 ) -> list[SearchHit]:
     if mode not in MODES:
         raise PgkbError(f"unknown search mode {mode!r}", hint="use one of: " + ", ".join(MODES))
@@ -182,7 +185,7 @@ def _search(
         "query_embedding": embedding,
         "filters": _filters(settings, category, filters),
         "document_ids": _document_ids(document_ids),
-        "min_similarity": settings.min_similarity,
+        "min_similarity": settings.min_similarity if min_similarity is None else min_similarity,
         "model": settings.embedding_model,
         "keyword_ranking": settings.keyword_ranking,
         "ef_search": settings.hnsw_ef_search,

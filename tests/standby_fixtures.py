@@ -31,7 +31,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from loader.answer.abstention.profile import SETTINGS_KEY as PROFILE_KEY
+from loader.similarity import SETTINGS_KEY as PROFILE_KEY
 from loader.answer.abstention.rule import DEFAULT_RULE, save_rule
 from loader.db import queries
 from loader.settings import load_settings

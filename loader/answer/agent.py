@@ -1,6 +1,6 @@
 """The reader agent: a short, isolated tool loop for questions that need more than five snippets.
 
-:func:`run_agent` (``pgkb ask --agent``, and :func:`loader.answer.ask.ask_agent` for other
+:func:`run_agent` (``pgkb ask --agent``, and :func:`loader.app.ask_agent` for other
 programs) starts from
 the shared retrieval step (:func:`loader.answer.retrieval.retrieve`, with a wider first search
 for a short catalogue of the documents it matched), adds the document graph's catalogue of up

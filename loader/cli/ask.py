@@ -50,8 +50,9 @@ def ask(
     retrieval is too weak, otherwise asks the configured chat model and checks that its answer
     cites retrieved sources. With no chat model configured, prints the best passages.
     """
-    from loader.answer.ask import ask as ask_question
     from loader.answer.prompt import prepare_question
+    from loader.app import AskRequest, KnowledgeBase
+    from loader.providers.query_embedding import PrefetchedQuery, query_embedder
 
     settings = app.settings(
         chat_model=chat_model,
@@ -70,12 +71,16 @@ def ask(
         streamed.append(piece)
         echo(piece, nl=False)
 
-    answer = ask_question(
+    request = AskRequest(
         text,
-        settings,
-        agent=agent,
         filters=search_filters(category, source_pattern, meta_filters, collections),
-        on_text=on_text if streaming else None,
+        agent=agent,
+    )
+    # the question's embedding (through serve_url when set) is computed while the connection
+    # opens; the agent embeds its own queries later
+    embedder = PrefetchedQuery(query_embedder(settings), prepare_question(text)[1])
+    answer = KnowledgeBase(settings, embedder=embedder).ask(
+        request, on_text=on_text if streaming else None
     )
 
     if as_json:

@@ -53,9 +53,9 @@ def render_table(hits: list[SearchHit], mode: str) -> str:
 @click.option(
     "--limit",
     "-n",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=50),
     default=None,
-    help="Results to return (default: match_count, 5).",
+    help="Results to return, 1 to 50 (default: match_count, 5).",
 )
 @click.option("--category", help="Only documents of this category.")
 @click.option(
@@ -116,55 +116,26 @@ def search(
         from loader.providers.query_embedding import PrefetchedQuery, query_embedder
 
         prefetched = PrefetchedQuery(query_embedder(settings), text)
-    from loader.db.session import connection
-    from loader.search import search as run_search
+    from loader.app import KnowledgeBase, SearchOptions, SearchRequest
 
-    # a failed rerank: a warning on stderr, the fused order kept
-    with connection(settings, read=True) as conn:
-        hits = run_search(
-            conn,
-            text,
-            prefetched.embed_query(text) if prefetched is not None else None,
-            settings=settings,
+    request = SearchRequest(
+        text,
+        SearchOptions(
             mode=mode,  # type: ignore[arg-type]
             limit=limit,
             filters=filters,
-            document_ids=list(doc_ids) or None,
-        )
-        notes = quoted_notes(conn, text, mode, hits)
+            min_similarity=min_similarity,
+            document_ids=doc_ids,
+        ),
+    )
+    # a failed rerank: a warning on stderr, the fused order kept
+    result = KnowledgeBase(settings, embedder=prefetched).search(request)
     if as_json:
-        data: list[dict[str, Any]] = [hit.to_dict() for hit in hits]
+        data: list[dict[str, Any]] = [hit.to_dict() for hit in result.hits]
         emit_json(data)
-    elif not hits:
+    elif not result.hits:
         echo("no results", err=True)
     else:
-        echo(render_table(hits, mode))
-    for note in notes:
+        echo(render_table(list(result.hits), mode))
+    for note in result.notes:
         echo(f"note: {note}", err=True)
-
-
-def quoted_notes(conn: Any, text: str, mode: str, hits: list[SearchHit]) -> list[str]:
-    """Why quoted parts of ``text`` were not matched exactly: a part of stop words alone cannot
-    be (the index does not keep them); and when no chunk holds the quoted parts, say so (in
-    hybrid mode the results are then the vector search's alone, found by meaning)."""
-    from loader.db import queries
-
-    parts = conn.execute(queries.QUOTED_PARTS, (text,)).fetchall()
-    notes = [
-        f"{quote(part)} has only stop words or punctuation, which the full-text index does not "
-        "keep: it cannot be matched exactly and was left out of the search"
-        for part, indexed in parts
-        if not indexed
-    ]
-    exact = [quote(part) for part, indexed in parts if indexed]
-    if exact and mode != "vector" and not any(h.keyword_rank is not None for h in hits):
-        held = f"no chunk holds {' and '.join(exact)} as written (quoted text is matched exactly)"
-        if mode == "keyword":
-            notes.append(held + "; drop the quotes to find chunks with some of its words")
-        else:
-            notes.append(held + "; the results were found by meaning (vector search) alone")
-    return notes
-
-
-def quote(part: str) -> str:
-    return '"' + one_line(part) + '"'

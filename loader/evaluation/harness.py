@@ -27,7 +27,6 @@ import psycopg
 from psycopg import sql
 
 from loader.answer.abstention import AbstentionRule, load_rule, save_rule
-from loader.answer.abstention.profile import ensure_profile
 from loader.db import keyword_backend, queries
 from loader.db.connect import connect, database_url
 from loader.db.migrations import current_revision, upgrade
@@ -53,6 +52,7 @@ from loader.providers.embeddings import chunk_size, get_embedder, identity
 from loader.resources import sample_corpus_dir
 from loader.search import search
 from loader.settings import Settings
+from loader.similarity import ensure_profile
 
 Progress = Callable[[str], None]
 RERANKER_NOTE = (

@@ -15,7 +15,6 @@ from typing import Any
 import psycopg
 
 from loader import telemetry
-from loader.answer.abstention.profile import ensure_profile
 from loader.db.session import connection
 from loader.errors import ConfigError, DatabaseError, PgkbError
 from loader.filters import DEFAULT_COLLECTION, check_collection
@@ -46,6 +45,7 @@ from loader.ingest.writer import (
 from loader.providers.embeddings import Embedder, get_embedder
 from loader.providers.registry import ensure_model
 from loader.settings import Settings
+from loader.similarity import ensure_profile
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def refresh_profile(
     conn: psycopg.Connection[Any], embedder: Embedder, report: IngestReport
 ) -> None:
     """Measure the corpus's similarity profile again when the corpus or model changed enough
-    (:mod:`loader.answer.abstention.profile`); a failure is logged and the ingest stands."""
+    (:mod:`loader.similarity`); a failure is logged and the ingest stands."""
     if report.aborted:
         return
     try:

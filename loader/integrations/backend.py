@@ -7,59 +7,26 @@ same hits (``SearchHit.to_dict()``), so a retriever does not care which one it t
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-from loader.db.session import connection
+from loader.app import BadRequest, KnowledgeBase, SearchOptions, SearchRequest
 from loader.errors import ConfigError, PgkbError
-from loader.filters import SearchFilters, check_collection
-from loader.providers.embeddings import get_embedder
-from loader.search import search
 from loader.settings import Settings, load_settings
-
-MODES = ("hybrid", "vector", "keyword")
 
 
 class RetrieverError(PgkbError):
     """The retriever could not search: the server refused, or could not be reached."""
 
 
-@dataclasses.dataclass(frozen=True)
-class SearchOptions:
-    """What ``pgkb search`` takes: mode, how many results, the filters, the collections and
-    whether to rerank (None: when a reranker is configured)."""
-
-    mode: str = "hybrid"
-    limit: int | None = None
-    category: str | None = None
-    source: str | None = None
-    metadata: Mapping[str, Any] | None = None
-    collections: Sequence[str] = ()
-    min_similarity: float | None = None
-    document_ids: Sequence[str] = ()
-    rerank: bool | None = None
-
-    def check(self) -> SearchOptions:
-        """These options, or a :class:`ConfigError` naming the bad one and what it takes."""
-        if self.mode not in MODES:
-            raise ConfigError(f"mode {self.mode!r} is not a search mode; use one of {MODES}")
-        if self.limit is not None and (
-            isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
-        ):
-            raise ConfigError(f"limit must be a positive integer, got {self.limit!r}")
-        if isinstance(self.collections, str):
-            raise ConfigError(f'collections must be a list of names, e.g. ["{self.collections}"]')
-        for name in self.collections:
-            check_collection(name, where="collections")
-        if self.min_similarity is not None and not -1 <= self.min_similarity <= 1:
-            raise ConfigError(f"min_similarity must be from -1 to 1, got {self.min_similarity}")
-        if self.metadata is not None and not isinstance(self.metadata, Mapping):
-            raise ConfigError('metadata must be a mapping, e.g. {"team": "hr"}')
-        if self.rerank and self.mode != "hybrid":
-            raise ConfigError(f"rerank applies to hybrid search, not {self.mode}")
-        return self
+def search_options(**fields: Any) -> SearchOptions:
+    """The retriever's fields as :class:`~loader.app.SearchOptions` (``pgkb search``'s options),
+    or a :class:`ConfigError` naming the bad one and what it takes."""
+    try:
+        return SearchOptions.of(**fields)
+    except BadRequest as exc:
+        raise ConfigError(exc.message, hint=exc.hint) from None
 
 
 class Backend(Protocol):
@@ -69,47 +36,25 @@ class Backend(Protocol):
 
 
 class DatabaseBackend:
-    """Search the database directly: the query embedded here with the knowledge base's model
-    (:func:`loader.providers.embeddings.get_embedder`, loaded once, on the first search), one
-    read-only connection per search (to ``read_database_url`` when it is set)."""
+    """Search the database directly through the application core
+    (:class:`loader.app.KnowledgeBase`): the query embedded here with the knowledge base's
+    model (loaded once, on the first search), one read-only connection per search (to
+    ``read_database_url`` when it is set)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._embedder: Any = None
+        self._kb: KnowledgeBase | None = None
         self._lock = threading.Lock()
 
-    def _embed(self, text: str) -> list[float]:
+    def _knowledge_base(self) -> KnowledgeBase:
         with self._lock:
-            if self._embedder is None:
-                self._embedder = get_embedder(self.settings)
-            return list(self._embedder.embed_query(text))
+            if self._kb is None:
+                self._kb = KnowledgeBase(self.settings)
+            return self._kb
 
     def search(self, query: str, options: SearchOptions) -> list[dict[str, Any]]:
-        text = _query(query)
-        settings = self.settings.replace(
-            min_similarity=options.min_similarity,
-            collections=",".join(options.collections) or None,
-        )
-        filters = SearchFilters.of(
-            category=options.category,
-            metadata=options.metadata,
-            source=options.source,
-            collections=list(options.collections),
-        )
-        embedding = None if options.mode == "keyword" else self._embed(text)
-        with connection(settings, read=True) as conn:
-            hits = search(
-                conn,
-                text,
-                embedding,
-                settings=settings,
-                mode=options.mode,  # type: ignore[arg-type]
-                limit=options.limit,
-                filters=filters,
-                document_ids=list(options.document_ids) or None,
-                rerank=options.rerank,
-            )
-        return [hit.to_dict() for hit in hits]
+        request = SearchRequest(_query(query), options)
+        return [hit.to_dict() for hit in self._knowledge_base().search(request).hits]
 
     async def asearch(self, query: str, options: SearchOptions) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self.search, query, options)
@@ -132,17 +77,21 @@ class HttpBackend:
         self.timeout = timeout
 
     def _request(self, query: str, options: SearchOptions) -> dict[str, Any]:
+        """``POST /v1/search``'s body: the query and every option that is set."""
         body: dict[str, Any] = {"query": _query(query), "mode": options.mode}
-        for name in ("limit", "category", "source", "min_similarity", "rerank"):
+        for name in ("limit", "category", "min_similarity", "rerank"):
             value = getattr(options, name)
             if value is not None:
                 body[name] = value
-        if options.metadata:
-            body["metadata"] = dict(options.metadata)
-        if options.collections:
-            body["collections"] = list(options.collections)
+        filters = options.filters
+        if filters.source is not None:
+            body["source"] = filters.source
+        if filters.metadata:
+            body["metadata"] = dict(filters.metadata)
+        if filters.collections:
+            body["collections"] = list(filters.collections)
         if options.document_ids:
-            body["document_ids"] = [str(i) for i in options.document_ids]
+            body["document_ids"] = list(options.document_ids)
         return body
 
     def _headers(self) -> dict[str, str]:

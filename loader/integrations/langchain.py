@@ -31,7 +31,8 @@ except ImportError as exc:  # pragma: no cover - what a user without the extra s
     ) from exc
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from loader.integrations.backend import Backend, SearchOptions, hit_metadata, make_backend
+from loader.app import SearchOptions
+from loader.integrations.backend import Backend, hit_metadata, make_backend, search_options
 
 
 class PgkbRetriever(BaseRetriever):
@@ -66,17 +67,17 @@ class PgkbRetriever(BaseRetriever):
     _backend: Backend | None = PrivateAttr(default=None)
 
     def _options(self) -> SearchOptions:
-        return SearchOptions(
+        return search_options(
             mode=self.mode,
             limit=self.limit,
             category=self.category,
             source=self.source,
             metadata=self.metadata_filter,
-            collections=tuple(self.collections),
+            collections=self.collections,
             min_similarity=self.min_similarity,
-            document_ids=tuple(self.document_ids),
+            document_ids=self.document_ids,
             rerank=self.rerank,
-        ).check()
+        )
 
     def _get_backend(self) -> Backend:
         if self._backend is None:

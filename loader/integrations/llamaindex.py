@@ -33,7 +33,8 @@ except ImportError as exc:  # pragma: no cover - what a user without the extra s
         "pgkb's LlamaIndex retriever needs llama-index-core: pip install 'pgkb[llamaindex]'"
     ) from exc
 
-from loader.integrations.backend import Backend, SearchOptions, hit_metadata, make_backend
+from loader.app import SearchOptions
+from loader.integrations.backend import Backend, hit_metadata, make_backend, search_options
 from loader.settings import Settings
 
 SHOWN_KEYS = ("title", "source", "heading_path")
@@ -71,17 +72,17 @@ class PgkbRetriever(BaseRetriever):
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        self.options = SearchOptions(
+        self.options: SearchOptions = search_options(
             mode=mode,
             limit=limit,
             category=category,
             source=source,
             metadata=metadata,
-            collections=tuple(collections) if not isinstance(collections, str) else collections,
+            collections=collections,
             min_similarity=min_similarity,
-            document_ids=tuple(str(i) for i in document_ids),
+            document_ids=document_ids,
             rerank=rerank,
-        ).check()
+        )
         self.backend: Backend = make_backend(
             database_url=database_url, serve_url=serve_url, token=token, settings=settings
         )

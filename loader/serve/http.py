@@ -51,9 +51,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
+from loader.app import AskRequest, BadRequest, SearchRequest, surrogate_path
 from loader.errors import PgkbError
 from loader.serve import openai_chat
-from loader.serve.arguments import BadRequest, parse_document_ids, surrogate_path
 from loader.serve.guard import Guard, Limits, Pages, error, server_config
 from loader.serve.metrics import Metrics, RequestMetrics
 from loader.serve.service import KnowledgeService, Unavailable
@@ -198,47 +198,43 @@ def create_app(
              "document_ids", "collections", "rerank"},
         )  # fmt: skip
         similarity = _field(body, "min_similarity", (int, float))
-        ids = _field(body, "document_ids", list)
-        result = await run(
-            lambda: service.search(
-                _field(body, "query", str, ""),
-                mode=_field(body, "mode", str, "hybrid"),
-                limit=_field(body, "limit", int),
-                category=_field(body, "category", str),
-                source=_field(body, "source", str),
-                metadata=_field(body, "metadata", dict),
-                min_similarity=None if similarity is None else float(similarity),
-                document_ids=parse_document_ids(ids),
-                collections=_field(body, "collections", list),
-                rerank=_field(body, "rerank", bool),
-            )
+        request_ = SearchRequest.of(
+            _field(body, "query", str, ""),
+            mode=_field(body, "mode", str, "hybrid"),
+            limit=_field(body, "limit", int),
+            category=_field(body, "category", str),
+            source=_field(body, "source", str),
+            metadata=_field(body, "metadata", dict),
+            min_similarity=None if similarity is None else float(similarity),
+            document_ids=_field(body, "document_ids", list),
+            collections=_field(body, "collections", list),
+            rerank=_field(body, "rerank", bool),
         )
-        request.state.pgkb_mode = result["mode"]
-        return JSONResponse(json.loads(json.dumps(result, default=str)))
+        result = await run(lambda: service.search(request_))
+        request.state.pgkb_mode = result.mode
+        return JSONResponse(json.loads(json.dumps(result.to_dict(), default=str)))
 
     async def ask(request: Request) -> Response:
         body = await _json_body(request)
         _unknown(body, {"question", "category", "collections", "agent", "stream"})
-        question = _field(body, "question", str, "")
-        category = _field(body, "category", str)
-        collections = _field(body, "collections", list)
-        agent = _field(body, "agent", bool, False)
+        asked = AskRequest.of(
+            _field(body, "question", str, ""),
+            category=_field(body, "category", str),
+            collections=_field(body, "collections", list),
+            agent=_field(body, "agent", bool, False),
+        )
         accept = request.headers.get("accept", "")
         if not _field(body, "stream", bool, "text/event-stream" in accept):
-            result = await run(
-                lambda: service.ask(
-                    question, category=category, collections=collections, agent=agent
-                )
-            )
+            result = (await run(lambda: service.ask(asked))).to_json()
             request.state.pgkb_mode = result["mode"]
             return JSONResponse(json.loads(json.dumps(result, default=str)))
 
         def work(emit: Emitter) -> dict[str, Any]:
             return service.ask(
-                question, category=category, collections=collections, agent=agent,
-                on_text=lambda piece: emit("text", piece),
+                asked,
+                on_checked_text=lambda piece: emit("text", piece),
                 progress=lambda line: emit("progress", line),
-            )  # fmt: skip
+            ).to_json()
 
         def render(kind: str, value: Any) -> list[bytes]:
             if kind == "text":

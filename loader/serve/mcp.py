@@ -39,17 +39,24 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from loader.errors import PgkbError
-from loader.graph.relations import RELATION_TYPES
-from loader.serve.arguments import (
+from loader.app import (
+    MAX_GRAPH_DEPTH,
+    MAX_GRAPH_LIMIT,
     MAX_LIST_LIMIT,
     MAX_NEIGHBOURS,
     MAX_READ_TOKENS,
     MAX_SEARCH_LIMIT,
     MIN_READ_TOKENS,
-    parse_document_ids,
+    RELATION_TYPES,
+    AskRequest,
+    DocumentsRequest,
+    GraphRequest,
+    NeighboursRequest,
+    ReadRequest,
+    SearchRequest,
     surrogate_path,
 )
+from loader.errors import PgkbError
 from loader.serve.guard import LOCAL_NAMES, error, host_name
 from loader.serve.mcp_results import (
     AskResult,
@@ -232,16 +239,19 @@ def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> M
         with _Observed(metrics, "search") as observed:
             observed.mode = mode
             data = _call(
-                service.search,
-                query,
-                mode=mode,
-                limit=limit,
-                category=category,
-                source=source,
-                metadata=metadata,
-                min_similarity=min_similarity,
-                document_ids=_call(parse_document_ids, document_ids),
-                collections=collections,
+                lambda: service.search(
+                    SearchRequest.of(
+                        query,
+                        mode=mode,
+                        limit=limit,
+                        category=category,
+                        source=source,
+                        metadata=metadata,
+                        min_similarity=min_similarity,
+                        document_ids=document_ids,
+                        collections=collections,
+                    )
+                ).to_dict()
             )
         return SearchResult.model_validate(data)
 
@@ -274,12 +284,12 @@ def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> M
 
         def work() -> dict[str, Any]:
             return _call(  # type: ignore[no-any-return]
-                service.ask,
-                question,
-                category=category,
-                collections=collections,
-                agent=agent,
-                progress=progress,
+                lambda: service.ask(
+                    AskRequest.of(
+                        question, category=category, collections=collections, agent=agent
+                    ),
+                    progress=progress,
+                ).to_json()
             )
 
         with _Observed(metrics, "ask") as observed:
@@ -324,13 +334,16 @@ def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> M
         (sections with their chunk ranges) instead: then read a smaller range."""
         data = call(
             "read_document",
-            service.read_document,
-            document,
-            chunk_start=chunk_start,
-            chunk_end=chunk_end,
-            max_tokens=max_tokens,
-            category=category,
-            collections=collections,
+            lambda: service.read(
+                ReadRequest.of(
+                    document,
+                    chunk_start=chunk_start,
+                    chunk_end=chunk_end,
+                    max_tokens=max_tokens,
+                    category=category,
+                    collections=collections,
+                )
+            ).to_dict(),
         )
         return ReadResult.model_validate(data)
 
@@ -352,13 +365,13 @@ def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> M
         `after` following it in its document, in order."""
         data = call(
             "neighbor_chunks",
-            service.neighbor_chunks,
-            chunk_id,
-            before=before,
-            after=after,
-            category=category,
-            collections=collections,
-        )
+            lambda: service.neighbours(
+                NeighboursRequest.of(
+                    chunk_id, before=before, after=after, category=category,
+                    collections=collections,
+                )
+            ).to_dict(),
+        )  # fmt: skip
         return NeighborsResult.model_validate(data)
 
     @tool
@@ -371,7 +384,7 @@ def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> M
             int | None,
             Field(
                 ge=1,
-                le=3,
+                le=MAX_GRAPH_DEPTH,
                 description="Hops to walk from document (1 to 3; default 1). Only with document.",
             ),
         ] = None,
@@ -382,7 +395,7 @@ def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> M
             ),
         ] = None,
         limit: Annotated[
-            int, Field(ge=1, le=25, description="Most documents to return (1 to 25).")
+            int, Field(ge=1, le=MAX_GRAPH_LIMIT, description="Most documents to return (1 to 25).")
         ] = 15,
         category: Category = None,
         collections: Collections = None,
@@ -393,15 +406,14 @@ def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> M
         documents. Each comes with its id, title, source_uri, type, summary and entities."""
         data = call(
             "explore_graph",
-            service.explore_graph,
-            document=document,
-            query=query,
-            depth=depth,
-            relation_types=relation_types,
-            limit=limit,
-            category=category,
-            collections=collections,
-        )
+            lambda: service.explore(
+                GraphRequest.of(
+                    document=document, query=query, depth=depth,
+                    relation_types=relation_types, limit=limit, category=category,
+                    collections=collections,
+                )
+            ).to_dict(),
+        )  # fmt: skip
         return GraphResult.model_validate(data)
 
     @tool
@@ -419,10 +431,9 @@ def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> M
         return Catalogue.model_validate(
             call(
                 "list_documents",
-                service.list_documents,
-                limit=limit,
-                category=category,
-                collections=collections,
+                lambda: service.documents(
+                    DocumentsRequest.of(limit=limit, category=category, collections=collections)
+                ).to_dict(),
             )
         )
 

@@ -40,9 +40,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from loader.answer.passages import estimate_tokens
+from loader.app import AskRequest, BadRequest
 from loader.errors import PgkbError
 from loader.providers.chat import ChatError
-from loader.serve.arguments import BadRequest
 from loader.serve.service import KnowledgeService
 from loader.serve.streaming import Emitter, EventStream, sse
 
@@ -148,7 +148,7 @@ def model_list(service: KnowledgeService) -> list[dict[str, Any]]:
     """``pgkb``, one ``pgkb/<collection>`` per collection served and readable, and the
     embedding model, in OpenAI's model objects."""
     created = int(time.time())
-    ids = [BASE_MODEL, *(f"{BASE_MODEL}/{name}" for name in service.readable_collections())]
+    ids = [BASE_MODEL, *(f"{BASE_MODEL}/{name}" for name in service.collections())]
     models = [{"id": i, "object": "model", "created": created, "owned_by": "pgkb"} for i in ids]
     models.append(
         {"id": service.model_name, "object": "model", "created": created, "owned_by": "pgkb"}
@@ -167,7 +167,7 @@ def collections_of(service: KnowledgeService, model: str) -> list[str] | None:
             f'chat with "{BASE_MODEL}"'
         )
     prefix = BASE_MODEL + "/"
-    readable = service.readable_collections()
+    readable = service.collections()
     if model.startswith(prefix) and model[len(prefix) :] in readable:
         return [model[len(prefix) :]]
     offered = ", ".join([BASE_MODEL, *(prefix + n for n in readable)])
@@ -230,16 +230,20 @@ def answer(
     it (:func:`condense`); without one, a follow-up that refers back (:func:`refers_back`), or
     that abstains alone, is asked together with the previous user question."""
     previous = [text for role, text in request.earlier if role == "user"]
+
+    def ask(question: str, stream: Callable[[str], None] | None = None) -> dict[str, Any]:
+        asked = AskRequest.of(question, collections=collections)
+        return service.ask(asked, on_checked_text=stream).to_json()
+
     if service.chat is not None or not previous:
-        question = condense(service, request)
-        return service.ask(question, collections=collections, on_text=on_text)
+        return ask(condense(service, request), on_text)
     joined = f"{previous[-1]}\n{request.question}"
     if refers_back(request.question):
-        result = service.ask(joined, collections=collections)
+        result = ask(joined)
     else:
-        result = service.ask(request.question, collections=collections)
+        result = ask(request.question)
         if result["abstained"]:
-            retry = service.ask(joined, collections=collections)
+            retry = ask(joined)
             result = result if retry["abstained"] else retry
     if on_text is not None:
         on_text(result["answer"])

@@ -20,7 +20,7 @@ connections in the served scope), renders a template with autoescaping, and goes
 Content-Security-Policy that allows scripts, styles and connections from this server only and
 no inline script. A page's address is checked by :mod:`loader.web.params`, its response made by
 :mod:`loader.web.render`; the status page's doctor checks are kept by
-:mod:`loader.web.doctor_runs`.
+:mod:`loader.app.health`.
 """
 
 from __future__ import annotations
@@ -41,12 +41,11 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from loader.answer.single import answer_question
+from loader.app import AskRequest, KnowledgeBase, SearchRequest
+from loader.app.health import DoctorRuns
 from loader.errors import DatabaseError, PgkbError
-from loader.filters import SearchFilters
 from loader.graph.catalogue import DocumentNotFound, show_document
 from loader.web import auth, reads
-from loader.web.doctor_runs import DoctorRuns
 from loader.web.graph_svg import layout
 from loader.web.params import (
     PageError,
@@ -130,7 +129,9 @@ class PageGone(Exception):
 class WebUI:
     """The pages of one server: its service, its sign-in rules, its templates."""
 
-    def __init__(self, service: Any, *, token: str | None, stale_days: int | None = None) -> None:
+    def __init__(
+        self, service: KnowledgeBase, *, token: str | None, stale_days: int | None = None
+    ) -> None:
         self.service = service
         self.sessions = auth.Sessions(token) if token else None
         self.stale_days = service.settings.stale_days if stale_days is None else stale_days
@@ -385,17 +386,19 @@ class WebUI:
         if form["q"]:
             with Step(request, "search"):
                 result = self.service.search(
-                    form["q"],
-                    mode=form["mode"],
-                    limit=form["limit"],
-                    category=form["category"],
-                    source=form["source"],
-                    metadata=form["metadata"],
-                    min_similarity=form["min_similarity"],
-                    document_ids=[form["doc"]] if form["doc"] else None,
-                    collections=[form["collection"]] if form["collection"] else None,
+                    SearchRequest.of(
+                        form["q"],
+                        mode=form["mode"],
+                        limit=form["limit"],
+                        category=form["category"],
+                        source=form["source"],
+                        metadata=form["metadata"],
+                        min_similarity=form["min_similarity"],
+                        document_ids=[form["doc"]] if form["doc"] else None,
+                        collections=[form["collection"]] if form["collection"] else None,
+                    )
                 )
-            hits = result["results"]
+            hits = [hit.to_dict() for hit in result.hits]
             with self.service.connection() as conn, Step(request, "snippets"):
                 marks = reads.headlines(conn, form["q"], [h["content"] for h in hits])
         return "search.html", {
@@ -407,27 +410,17 @@ class WebUI:
         }
 
     def _answer(self, form: dict[str, Any], on_text: Callable[[str], None] | None) -> Any:
-        service = self.service
         category = form["category"]
-        if service.category is not None:
-            if category is not None and category != service.category:
-                raise PageError(
-                    400, "Not served", f"this server serves category {service.category} only"
-                )
-            category = service.category
-        collections = [form["collection"]] if form["collection"] else None
-        filters = SearchFilters.of(category=category, collections=collections or ())
-        with service.connection(collections) as conn:
-            return answer_question(
-                conn,
-                service.settings,
-                form["q"],
-                embedder=service,
-                client=service.chat,
-                category=category,
-                on_text=on_text,
-                filters=filters,
+        if category is not None and not self._in_category(category):
+            raise PageError(
+                400, "Not served", f"this server serves category {self.service.category} only"
             )
+        asked = AskRequest.of(
+            form["q"],
+            category=category,
+            collections=[form["collection"]] if form["collection"] else None,
+        )
+        return self.service.ask(asked, on_text=on_text)
 
     def ask(self, request: Request) -> tuple[str, dict[str, Any]]:
         form = ask_form(request)
@@ -585,7 +578,7 @@ def _utc(timestamp: float) -> Any:
     return datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
 
 
-def web_routes(service: Any, *, token: str | None, warm: bool = True) -> list[BaseRoute]:
+def web_routes(service: KnowledgeBase, *, token: str | None, warm: bool = True) -> list[BaseRoute]:
     """The web interface's routes for :func:`loader.serve.http.create_app`."""
     ui = WebUI(service, token=token)
     if warm:

@@ -38,8 +38,9 @@ import json, os, sys
 from loader.cli import main
 
 def first_answer(service, *args, **options):
-    result = service.search(os.environ["PROBE_QUERY"])
-    assert result["results"], result
+    from loader.app import SearchRequest
+    result = service.search(SearchRequest(os.environ["PROBE_QUERY"]))
+    assert result.hits, result
 
 import loader.providers.query_embedding, loader.serve.http, loader.serve.mcp
 loader.serve.http.run = first_answer

@@ -27,7 +27,7 @@ from loader.answer.abstention import (
     save_rule,
     spelt_like_english,
 )
-from loader.answer.abstention.profile import (
+from loader.similarity import (
     is_stale,
     load_profile,
     measure_profile,

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from loader.answer.agent import LAST_TURN, run_agent
-from loader.answer.ask import ask_agent
+from loader.app import ask_agent
 from loader.answer.prompt import IDK, RULE_IDK, RULE_UNSUPPORTED
 from loader.answer.result import Answer
 from loader.answer.tools import Toolbox
@@ -640,7 +640,7 @@ def test_the_agent_uses_agent_chat_model_falling_back_to_chat_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import loader.providers.embeddings
-    from loader.answer.ask import ask
+    from loader.app import AskRequest, KnowledgeBase
 
     monkeypatch.setattr(
         loader.providers.embeddings, "get_embedder", lambda settings: HandEmbedder()
@@ -652,7 +652,7 @@ def test_the_agent_uses_agent_chat_model_falling_back_to_chat_model(
     )
     cheap = kb_settings.replace(agent_chat_model="fake-small")
     assert ask_agent(QUESTION, cheap)["answer"] == "B-tree [Index Types]."
-    ask(QUESTION, cheap)  # the single-shot answer keeps chat_model
+    KnowledgeBase(cheap).ask(AskRequest(QUESTION))  # the single-shot answer keeps chat_model
     ask_agent(QUESTION, kb_settings)  # no agent_chat_model: chat_model
     assert [r.body["model"] for r in chats(fake_openai)] == [
         "fake-small",

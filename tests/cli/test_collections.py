@@ -349,19 +349,21 @@ def test_the_mcp_reader_bound_to_one_collection_never_shows_the_other(kb: Kb) ->
 
 
 def test_a_server_scoped_to_a_collection_keeps_to_it_for_the_owner_too(kb: Kb) -> None:
-    from loader.serve.arguments import BadRequest
+    from loader.app import BadRequest, DocumentsRequest, ReadRequest, SearchRequest
     from loader.serve.service import KnowledgeService
 
     settings = kb.settings.replace(collections="eng")
     with KnowledgeService(settings, pool_size=1) as service:
-        listed = service.list_documents()["documents"]
+        listed = service.documents(DocumentsRequest()).to_dict()["documents"]
         assert sorted(d["title"] for d in listed) == ["CREATE INDEX", "Engineering readme"]
-        read = service.read_document("readme.md")
+        read = service.read(ReadRequest("readme.md")).to_dict()
         assert read["title"] == "Engineering readme"
         with pytest.raises(BadRequest, match="not available"):
-            service.search("readme", mode="keyword", collections=["hr"])
+            service.search(SearchRequest.of("readme", mode="keyword", collections=["hr"]))
         # a call's collections within the served ones narrow that call only
-        narrowed = service.search("readme", mode="keyword", collections=["eng"])
+        narrowed = service.search(
+            SearchRequest.of("readme", mode="keyword", collections=["eng"])
+        ).to_dict()
         assert {r["title"] for r in narrowed["results"]} == {"Engineering readme"}
         assert service.health()["collections"] == ["eng"]
 

@@ -39,7 +39,7 @@ def test_the_tracer_comes_from_opentelemetry_when_it_is_installed(
 def test_search_ask_and_ingest_make_spans(
     spans: Any, settings: Settings, embedder: Any, tmp_path: Path
 ) -> None:
-    from loader.answer.ask import ask
+    from loader.app import AskRequest, KnowledgeBase
     from loader.db.session import connection
     from loader.ingest.pipeline import ingest_paths
     from loader.search import search
@@ -53,7 +53,9 @@ def test_search_ask_and_ingest_make_spans(
     report = ingest_paths(settings, [folder], embedder=embedder)
     with connection(settings, read=True) as conn:
         hits = search(conn, "parental leave", None, settings=settings, mode="keyword")
-    answer = ask("How long is parental leave?", settings)
+    answer = KnowledgeBase(settings, embedder=embedder).ask(
+        AskRequest("How long is parental leave?")
+    )
 
     by_name = {s.name: s for s in spans.get_finished_spans()}
     ingest = by_name["pgkb.ingest"]

@@ -131,7 +131,7 @@ def test_the_agent_cannot_read_or_cite_another_categorys_document(
 def test_ask_reads_over_a_read_only_connection(
     conn: psycopg.Connection[Any], corpus: dict[str, str], kb_settings: Settings
 ) -> None:
-    from loader.answer.ask import reader_connection
+    from loader.db.session import reader_connection
 
     with reader_connection(kb_settings) as reader:
         assert reader.execute("SHOW transaction_read_only").fetchone() == ("on",)

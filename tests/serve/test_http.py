@@ -223,7 +223,7 @@ def test_fifty_concurrent_requests_all_succeed(server: str) -> None:
 
 
 def test_the_pool_only_reads_even_as_the_owner(serve_kb: ServeKb) -> None:
-    from loader.serve.arguments import BadRequest
+    from loader.app import BadRequest
     from loader.serve.service import KnowledgeService
 
     with KnowledgeService(serve_kb.settings, pool_size=1) as service:

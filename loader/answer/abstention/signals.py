@@ -67,7 +67,6 @@ from loader.answer.abstention.focus import (
     focus_words,
     question_words,
 )
-from loader.answer.abstention.profile import load_profile, relative_similarity
 from loader.answer.abstention.words import (
     defined_abbreviations,
     edit_distance,
@@ -78,6 +77,7 @@ from loader.answer.abstention.words import (
 from loader.db import queries
 from loader.errors import PgkbError
 from loader.search import hit_value
+from loader.similarity import load_profile, relative_similarity
 
 log = logging.getLogger(__name__)
 

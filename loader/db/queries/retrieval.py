@@ -103,7 +103,7 @@ CHUNK_LEXEMES = "SELECT chunk_id, lexemes FROM kb.chunk_lexemes(%(ids)s, %(lexem
 ABSTENTION_RULE = "SELECT kb.abstention_rule()"
 """The calibrated rule stored in kb.settings (NULL when none)."""
 
-# --- the corpus's similarity profile (loader.answer.abstention.profile) ----------------------
+# --- the corpus's similarity profile (loader.similarity) ----------------------
 
 SIMILARITY_PROFILE = "SELECT kb.similarity_profile()"
 PROFILE_STATE = "SELECT (SELECT name FROM kb.active_model()), chunk_count FROM kb.corpus_stats"

@@ -1,5 +1,6 @@
-"""The status page's run of ``pgkb doctor``'s checks: kept for :data:`DOCTOR_SECONDS`, then run
-again in the background (``?recheck=1`` runs them at once); the first page waits for them."""
+"""The knowledge base's health as the status page shows it: a run of ``pgkb doctor``'s checks,
+kept for :data:`DOCTOR_SECONDS`, then run again in the background (``?recheck=1`` runs them at
+once); the first page waits for them."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""What a server's caller may send, checked before any work: the bounds of each number, text
-arguments, document ids, embedding inputs, collection names and the lone surrogates JSON can
-carry. A wrong argument is a :class:`BadRequest` (HTTP 400, an MCP tool error) that names it and
-what is accepted.
+"""What any caller may send, checked before any work: the limits, written once, and the checks
+of each number, text argument, document id, embedding input, collection name and the lone
+surrogates JSON can carry. A wrong argument is a :class:`BadRequest` (a usage error on the
+command line, HTTP 400, an MCP tool error) that names it and what is accepted.
 
-Both servers and :class:`~loader.serve.service.KnowledgeService` use these; the MCP tools' input
-schemas state the same bounds (``le=MAX_SEARCH_LIMIT``), so a client reads them before calling.
+The requests of :mod:`loader.app.requests` are built with these; the MCP tools' input schemas
+state the same bounds (``le=MAX_SEARCH_LIMIT``), so a client reads them before calling.
 """
 
 from __future__ import annotations
@@ -13,8 +13,11 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from loader.answer.tools import MAX_GRAPH_DEPTH, MAX_GRAPH_LIMIT
 from loader.errors import ConfigError, PgkbError
 from loader.filters import check_collection
+
+__all__ = ["MAX_GRAPH_DEPTH", "MAX_GRAPH_LIMIT"]  # the reader agent's bounds, the same for all
 
 MAX_SEARCH_LIMIT = 50
 MAX_LIST_LIMIT = 1000
