@@ -31,10 +31,10 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from loader.similarity import SETTINGS_KEY as PROFILE_KEY
 from loader.answer.abstention.rule import DEFAULT_RULE, save_rule
 from loader.db import queries
 from loader.settings import load_settings
+from loader.similarity import SETTINGS_KEY as PROFILE_KEY
 from tests.helpers import create_database, migrate, with_dbname
 from tests.serve_fixtures import PASSWORD, _create_role
 

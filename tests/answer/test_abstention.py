@@ -27,14 +27,14 @@ from loader.answer.abstention import (
     save_rule,
     spelt_like_english,
 )
+from loader.errors import ConfigError
+from loader.settings import Settings
 from loader.similarity import (
     is_stale,
     load_profile,
     measure_profile,
     relative_similarity,
 )
-from loader.errors import ConfigError
-from loader.settings import Settings
 from tests.helpers import LONG_CHUNKS, MODEL, Doc, load_chunks, load_corpus
 
 CHUNKS = [

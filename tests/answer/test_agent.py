@@ -9,10 +9,10 @@ import psycopg
 import pytest
 
 from loader.answer.agent import LAST_TURN, run_agent
-from loader.app import ask_agent
 from loader.answer.prompt import IDK, RULE_IDK, RULE_UNSUPPORTED
 from loader.answer.result import Answer
 from loader.answer.tools import Toolbox
+from loader.app import ask_agent
 from loader.providers.chat import ChatClient
 from loader.settings import Settings
 from tests.fake_openai import FakeOpenAI, Reply, Request, chat_reply, tool_call
