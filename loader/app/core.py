@@ -141,6 +141,10 @@ class KnowledgeBase:
             self._embedder = get_embedder(self.settings)
         return self._embedder
 
+    @embedder.setter
+    def embedder(self, embedder: Any) -> None:
+        self._embedder = embedder
+
     @property
     def model_name(self) -> str:
         return str(self.embedder.name)
