@@ -384,10 +384,10 @@ def test_ask_agent_for_other_programs(
     fake_openai: FakeOpenAI,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import loader.providers.embeddings
+    import loader.app.core
 
     monkeypatch.setattr(
-        loader.providers.embeddings, "get_embedder", lambda settings: HandEmbedder()
+        loader.app.core, "get_embedder", lambda settings: HandEmbedder()
     )
     fake_openai.script("/v1/chat/completions", chat_reply("B-tree [Index Types]."))
     result = ask_agent(QUESTION, kb_settings)
@@ -639,11 +639,11 @@ def test_the_agent_uses_agent_chat_model_falling_back_to_chat_model(
     fake_openai: FakeOpenAI,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import loader.providers.embeddings
+    import loader.app.core
     from loader.app import AskRequest, KnowledgeBase
 
     monkeypatch.setattr(
-        loader.providers.embeddings, "get_embedder", lambda settings: HandEmbedder()
+        loader.app.core, "get_embedder", lambda settings: HandEmbedder()
     )
     fake_openai.script(
         "/v1/chat/completions",
