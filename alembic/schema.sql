@@ -19,6 +19,40 @@ CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public;
 -- comment: EXTENSION vector
 COMMENT ON EXTENSION vector IS 'vector data type and ivfflat and hnsw access methods';
 
+-- table: document_jobs
+CREATE TABLE kb.document_jobs (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    action text NOT NULL,
+    collection text NOT NULL,
+    source_uri text NOT NULL,
+    title text,
+    content text,
+    data bytea,
+    mime_type text,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    category text,
+    content_sha text NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    error text,
+    submitted_by text DEFAULT SESSION_USER NOT NULL,
+    submitted_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    run_after timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    lease_until timestamp with time zone,
+    worker text,
+    document_id uuid,
+    CONSTRAINT document_jobs_action_check CHECK ((action = ANY (ARRAY['put'::text, 'remove'::text]))),
+    CONSTRAINT document_jobs_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT document_jobs_metadata_check CHECK ((jsonb_typeof(metadata) = 'object'::text)),
+    CONSTRAINT document_jobs_source_uri_check CHECK (((btrim(source_uri) <> ''::text) AND (length(source_uri) <= 2000))),
+    CONSTRAINT document_jobs_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'processing'::text, 'ready'::text, 'failed'::text])))
+);
+
+-- comment: TABLE document_jobs
+COMMENT ON TABLE kb.document_jobs IS 'The write queue: one row per submitted document (put) or removal, with its state (pending, processing, ready, failed), attempts, error and times; written by kb.enqueue_document, taken by pgkb worker (kb.claim_document_job, kb.finish_document_job).';
+
 -- table: alembic_version
 CREATE TABLE kb.alembic_version (
     version_num character varying(32) NOT NULL
@@ -67,11 +101,15 @@ CREATE TABLE kb.collection_grants (
     role_name text NOT NULL,
     collection text,
     granted_at timestamp with time zone DEFAULT now() NOT NULL,
+    can_write boolean DEFAULT false NOT NULL,
     CONSTRAINT collection_grants_role_name_check CHECK ((btrim(role_name) <> ''::text))
 );
 
 -- comment: TABLE collection_grants
 COMMENT ON TABLE kb.collection_grants IS 'Which collections a role (and every role that is a member of it) may read through the kb functions; collection NULL = every collection. Written by pgkb db grant/revoke as the owner.';
+
+-- comment: COLUMN collection_grants.can_write
+COMMENT ON COLUMN kb.collection_grants.can_write IS 'The role may also write into the collection: submit and remove documents (kb.submit_document, kb.submit_file, kb.remove_document).';
 
 -- table: collection_stats
 CREATE TABLE kb.collection_stats (
@@ -347,6 +385,10 @@ ALTER TABLE ONLY kb.collection_term_stats
 ALTER TABLE ONLY kb.collections
     ADD CONSTRAINT collections_pkey PRIMARY KEY (name);
 
+-- constraint: document_jobs document_jobs_pkey
+ALTER TABLE ONLY kb.document_jobs
+    ADD CONSTRAINT document_jobs_pkey PRIMARY KEY (id);
+
 -- constraint: document_links document_links_pkey
 ALTER TABLE ONLY kb.document_links
     ADD CONSTRAINT document_links_pkey PRIMARY KEY (source_id, target_uri);
@@ -403,6 +445,15 @@ CREATE INDEX chunks_tsv_idx ON kb.chunks USING gin (tsv);
 
 -- index: collection_grants_role_collection_key
 CREATE UNIQUE INDEX collection_grants_role_collection_key ON kb.collection_grants USING btree (role_name, COALESCE(collection, ''::text));
+
+-- index: document_jobs_queue_idx
+CREATE INDEX document_jobs_queue_idx ON kb.document_jobs USING btree (run_after, submitted_at) WHERE (state = ANY (ARRAY['pending'::text, 'processing'::text]));
+
+-- index: document_jobs_source_idx
+CREATE INDEX document_jobs_source_idx ON kb.document_jobs USING btree (collection, source_uri, submitted_at);
+
+-- index: document_jobs_submitted_idx
+CREATE INDEX document_jobs_submitted_idx ON kb.document_jobs USING btree (submitted_at);
 
 -- index: document_links_target_idx
 CREATE INDEX document_links_target_idx ON kb.document_links USING btree (target_uri);
@@ -463,6 +514,10 @@ ALTER TABLE ONLY kb.collection_grants
 -- fk constraint: collection_stats collection_stats_collection_fkey
 ALTER TABLE ONLY kb.collection_stats
     ADD CONSTRAINT collection_stats_collection_fkey FOREIGN KEY (collection) REFERENCES kb.collections(name) ON DELETE CASCADE;
+
+-- fk constraint: document_jobs document_jobs_collection_fkey
+ALTER TABLE ONLY kb.document_jobs
+    ADD CONSTRAINT document_jobs_collection_fkey FOREIGN KEY (collection) REFERENCES kb.collections(name) ON DELETE CASCADE;
 
 -- fk constraint: document_links document_links_source_id_fkey
 ALTER TABLE ONLY kb.document_links
@@ -587,6 +642,13 @@ GRANT ALL ON FUNCTION kb.chunk_lexemes(chunk_ids bigint[], lexemes text[]) TO kb
 REVOKE ALL ON FUNCTION kb.chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.chunks_missing_embedding(model_id integer, batch_size integer, after_chunk bigint) TO kb_writer;
 
+-- acl: TABLE document_jobs
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE kb.document_jobs TO kb_writer;
+
+-- acl: FUNCTION claim_document_job(worker text, lease_seconds integer)
+REVOKE ALL ON FUNCTION kb.claim_document_job(worker text, lease_seconds integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.claim_document_job(worker text, lease_seconds integer) TO kb_writer;
+
 -- acl: FUNCTION collection_list()
 REVOKE ALL ON FUNCTION kb.collection_list() FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.collection_list() TO kb_reader;
@@ -602,12 +664,22 @@ REVOKE ALL ON FUNCTION kb.collection_scope(requested text[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.collection_scope(requested text[]) TO kb_reader;
 GRANT ALL ON FUNCTION kb.collection_scope(requested text[]) TO kb_writer;
 
+-- acl: FUNCTION collection_writable(collection text)
+REVOKE ALL ON FUNCTION kb.collection_writable(collection text) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.collection_writable(collection text) TO kb_reader;
+GRANT ALL ON FUNCTION kb.collection_writable(collection text) TO kb_writer;
+
 -- acl: FUNCTION collections_keyword_index()
 REVOKE ALL ON FUNCTION kb.collections_keyword_index() FROM PUBLIC;
 
 -- acl: FUNCTION document_facets(filters jsonb)
 REVOKE ALL ON FUNCTION kb.document_facets(filters jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.document_facets(filters jsonb) TO kb_reader;
+
+-- acl: FUNCTION document_jobs(job_state text, max_rows integer, job_id uuid)
+REVOKE ALL ON FUNCTION kb.document_jobs(job_state text, max_rows integer, job_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.document_jobs(job_state text, max_rows integer, job_id uuid) TO kb_reader;
+GRANT ALL ON FUNCTION kb.document_jobs(job_state text, max_rows integer, job_id uuid) TO kb_writer;
 
 -- acl: FUNCTION document_list(filters jsonb, document_ids uuid[], max_results integer)
 REVOKE ALL ON FUNCTION kb.document_list(filters jsonb, document_ids uuid[], max_results integer) FROM PUBLIC;
@@ -624,6 +696,9 @@ REVOKE ALL ON FUNCTION kb.drop_model(model_name text, model_dims integer) FROM P
 REVOKE ALL ON FUNCTION kb.drop_model_index(model_id integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.drop_model_index(model_id integer) TO kb_writer;
 
+-- acl: FUNCTION enqueue_document(action text, source_uri text, collection text, title text, content text, data bytea, mime_type text, metadata jsonb, category text)
+REVOKE ALL ON FUNCTION kb.enqueue_document(action text, source_uri text, collection text, title text, content text, data bytea, mime_type text, metadata jsonb, category text) FROM PUBLIC;
+
 -- acl: FUNCTION explore_graph(start_document uuid, query_text text, max_depth integer, relation_types text[], filters jsonb, document_ids uuid[], max_results integer)
 REVOKE ALL ON FUNCTION kb.explore_graph(start_document uuid, query_text text, max_depth integer, relation_types text[], filters jsonb, document_ids uuid[], max_results integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.explore_graph(start_document uuid, query_text text, max_depth integer, relation_types text[], filters jsonb, document_ids uuid[], max_results integer) TO kb_reader;
@@ -631,6 +706,10 @@ GRANT ALL ON FUNCTION kb.explore_graph(start_document uuid, query_text text, max
 -- acl: FUNCTION find_documents(ref text, filters jsonb)
 REVOKE ALL ON FUNCTION kb.find_documents(ref text, filters jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.find_documents(ref text, filters jsonb) TO kb_reader;
+
+-- acl: FUNCTION finish_document_job(job_id uuid, worker text, outcome text, error text, retry_seconds double precision, document_id uuid)
+REVOKE ALL ON FUNCTION kb.finish_document_job(job_id uuid, worker text, outcome text, error text, retry_seconds double precision, document_id uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.finish_document_job(job_id uuid, worker text, outcome text, error text, retry_seconds double precision, document_id uuid) TO kb_writer;
 
 -- acl: FUNCTION finish_load(changed_chunks bigint)
 REVOKE ALL ON FUNCTION kb.finish_load(changed_chunks bigint) FROM PUBLIC;
@@ -722,6 +801,11 @@ GRANT ALL ON FUNCTION kb.rebuild_keyword_stats() TO kb_writer;
 REVOKE ALL ON FUNCTION kb.register_model(model_name text, model_dims integer, model_provider text, model_config jsonb, hnsw_m integer, hnsw_ef_construction integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.register_model(model_name text, model_dims integer, model_provider text, model_config jsonb, hnsw_m integer, hnsw_ef_construction integer) TO kb_writer;
 
+-- acl: FUNCTION remove_document(source_uri text, collection text)
+REVOKE ALL ON FUNCTION kb.remove_document(source_uri text, collection text) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.remove_document(source_uri text, collection text) TO kb_reader;
+GRANT ALL ON FUNCTION kb.remove_document(source_uri text, collection text) TO kb_writer;
+
 -- acl: FUNCTION remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean, collections text[])
 REVOKE ALL ON FUNCTION kb.remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean, collections text[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.remove_documents(source_uris text[], document_ids uuid[], source_pattern text, dry_run boolean, collections text[]) TO kb_writer;
@@ -759,6 +843,16 @@ REVOKE ALL ON FUNCTION kb.stats(last_runs integer, filters jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.stats(last_runs integer, filters jsonb) TO kb_writer;
 GRANT ALL ON FUNCTION kb.stats(last_runs integer, filters jsonb) TO kb_reader;
 
+-- acl: FUNCTION submit_document(source_uri text, title text, content text, metadata jsonb, category text, collection text)
+REVOKE ALL ON FUNCTION kb.submit_document(source_uri text, title text, content text, metadata jsonb, category text, collection text) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.submit_document(source_uri text, title text, content text, metadata jsonb, category text, collection text) TO kb_reader;
+GRANT ALL ON FUNCTION kb.submit_document(source_uri text, title text, content text, metadata jsonb, category text, collection text) TO kb_writer;
+
+-- acl: FUNCTION submit_file(source_uri text, data bytea, mime_type text, title text, metadata jsonb, category text, collection text)
+REVOKE ALL ON FUNCTION kb.submit_file(source_uri text, data bytea, mime_type text, title text, metadata jsonb, category text, collection text) FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.submit_file(source_uri text, data bytea, mime_type text, title text, metadata jsonb, category text, collection text) TO kb_reader;
+GRANT ALL ON FUNCTION kb.submit_file(source_uri text, data bytea, mime_type text, title text, metadata jsonb, category text, collection text) TO kb_writer;
+
 -- acl: FUNCTION table_rows(relation regclass)
 REVOKE ALL ON FUNCTION kb.table_rows(relation regclass) FROM PUBLIC;
 
@@ -781,6 +875,11 @@ GRANT ALL ON FUNCTION kb.vector_search(query_embedding public.vector, match_coun
 -- acl: FUNCTION word_lexemes(words text[])
 REVOKE ALL ON FUNCTION kb.word_lexemes(words text[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION kb.word_lexemes(words text[]) TO kb_reader;
+
+-- acl: FUNCTION writable_collections()
+REVOKE ALL ON FUNCTION kb.writable_collections() FROM PUBLIC;
+GRANT ALL ON FUNCTION kb.writable_collections() TO kb_reader;
+GRANT ALL ON FUNCTION kb.writable_collections() TO kb_writer;
 
 -- acl: TABLE alembic_version
 GRANT SELECT ON TABLE kb.alembic_version TO kb_writer;

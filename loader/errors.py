@@ -61,6 +61,7 @@ class SqlState(enum.StrEnum):
     MODEL_IN_USE = "PK014"
     NOT_FOUND = "PK020"
     COLLECTION_NOT_READABLE = "PK030"
+    COLLECTION_NOT_WRITABLE = "PK031"
     KEYWORD_BACKEND_UNAVAILABLE = "PK040"
 
 
@@ -102,6 +103,12 @@ SQLSTATES: dict[SqlState, tuple[type[PgkbError], str]] = {
         PgkbError,
         "A collection the call asks for is not one the role may read, or not one of the "
         "session's collections.",
+    ),
+    SqlState.COLLECTION_NOT_WRITABLE: (
+        PgkbError,
+        "A collection the call writes into (kb.submit_document, kb.submit_file, "
+        "kb.remove_document) is not one the role may write into: `pgkb db grant ROLE --write "
+        "--collection NAME` grants it.",
     ),
     SqlState.KEYWORD_BACKEND_UNAVAILABLE: (
         PgkbError,

@@ -93,6 +93,15 @@ CASES: dict[SqlState, tuple[list[str], str, str]] = {
         'SELECT * FROM kb.search_filters(\'{"collections": ["nope"]}\')',
         "no collection",
     ),
+    SqlState.COLLECTION_NOT_WRITABLE: (
+        [
+            "CREATE ROLE pk031_reader",
+            "GRANT kb_reader TO pk031_reader",
+            "SET SESSION AUTHORIZATION pk031_reader",
+        ],
+        "SELECT kb.submit_document('a.md', 'A', 'text')",
+        "may not write into collection",
+    ),
     SqlState.KEYWORD_BACKEND_UNAVAILABLE: (
         ["SET pgkb.keyword_backend = 'pg_textsearch'"],
         "SELECT kb.keyword_backend()",
