@@ -21,6 +21,9 @@ class PgkbError(Exception):
     exit_code = 2
     sqlstate: SqlState | None = None
     """pgkb's SQLSTATE, when one of its SQL functions raised the error (:func:`database_error`)."""
+    transient: bool = False
+    """A failure that may pass by itself (a model API's 5xx, timeout or lost connection after its
+    retries): a queued job is tried again later instead of failing for good."""
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)

@@ -140,6 +140,22 @@ class Settings:
     """Let links and mentions become graph edges to documents of other collections; off: an
     ingest links a document only to documents of its own collection."""
 
+    # --- the write queue (pgkb worker) -----------------------------------------------------------
+    worker_poll_seconds: float = 5.0
+    """How often an idle ``pgkb worker`` looks at the queue when no notification came (a
+    submission notifies it at once)."""
+    worker_lease_seconds: int = 600
+    """How long a worker holds a job it took: a worker killed while processing gives the job back
+    to the others after this long. Keep it above the slowest document (extract_timeout plus its
+    embedding)."""
+    worker_max_attempts: int = 5
+    """Attempts of a job whose failure may pass (the embedding API's 5xx or timeout after its own
+    retries, a lost connection) before it fails for good."""
+    worker_backoff_base: float = 5.0
+    """Seconds before a failed job's second attempt; doubled at each further attempt."""
+    worker_backoff_max: float = 600.0
+    """The longest wait between two attempts of a job."""
+
     # --- vector index (HNSW, pgvector) ------------------------------------------------------------
     hnsw_m: int | None = None
     """HNSW graph degree of a model's index when it is built; unset (the default): sized from the

@@ -135,6 +135,23 @@ def problems_of(settings: Any) -> list[str]:
         problems.append(f"stale_days must be from 0 (never) to 36500, got {settings.stale_days}")
     if settings.max_file_mb <= 0:
         problems.append(f"max_file_mb must be positive, got {settings.max_file_mb}")
+    if not 0.05 <= settings.worker_poll_seconds <= 3600:
+        problems.append(
+            f"worker_poll_seconds must be from 0.05 to 3600, got {settings.worker_poll_seconds}"
+        )
+    if not 10 <= settings.worker_lease_seconds <= 86400:
+        problems.append(
+            f"worker_lease_seconds must be from 10 to 86400, got {settings.worker_lease_seconds}"
+        )
+    if not 1 <= settings.worker_max_attempts <= 100:
+        problems.append(
+            f"worker_max_attempts must be from 1 to 100, got {settings.worker_max_attempts}"
+        )
+    if not 0 <= settings.worker_backoff_base <= settings.worker_backoff_max <= 86400:
+        problems.append(
+            "worker_backoff_base and worker_backoff_max must be 0 <= base <= max <= 86400, got "
+            f"{settings.worker_backoff_base} and {settings.worker_backoff_max}"
+        )
     if settings.max_text_mb <= 0:
         problems.append(f"max_text_mb must be positive, got {settings.max_text_mb}")
     if settings.extract_timeout <= 0:

@@ -112,13 +112,18 @@ def db_stop(app: App) -> None:
 @db.command("grant")
 @click.argument("role")
 @click.option("--read", is_flag=True, help="Member of kb_reader: search functions only.")
-@click.option("--write", is_flag=True, help="Member of kb_writer: what the loader needs.")
+@click.option(
+    "--write",
+    is_flag=True,
+    help="With --collection: submit and remove documents of those collections (and read them); "
+    "without: member of kb_writer, what the loader needs.",
+)
 @click.option(
     "--collection",
     "collections",
     multiple=True,
     metavar="NAME",
-    help="With --read: only this collection (repeatable); none: every collection.",
+    help="Only this collection (repeatable); none: every collection.",
 )
 @click.option(
     "--statement-timeout",
@@ -134,18 +139,22 @@ def db_grant(
     collections: tuple[str, ...],
     statement_timeout: str | None,
 ) -> None:
-    """Let login ROLE search (--read) or load (--write) this knowledge base.
+    """Let login ROLE search (--read), write documents (--write --collection) or load (--write)
+    this knowledge base.
 
     --read: ROLE joins kb_reader and may read the collections named by --collection (none:
     every collection), enforced in the database by every kb function and by row-level security;
     it gets, in this database, search_path = kb, public (so SELECT * FROM hybrid_search('...')
-    works unqualified) and the statement timeout. Takes effect at ROLE's next login. Exit code 2
-    when ROLE or a collection does not exist (nothing is granted).
+    works unqualified) and the statement timeout. --write --collection NAME: the same, and ROLE
+    may also submit and remove documents of NAME (SELECT kb.submit_document(...),
+    kb.remove_document(...); pgkb worker processes them), and of no other collection. --write
+    alone: ROLE joins kb_writer (every collection, the tables: a loader). Takes effect at ROLE's
+    next login. Exit code 2 when ROLE or a collection does not exist (nothing is granted).
     """
     from loader.db.session import connection
     from loader.ops.roles import embedded_sign_in, grant
 
-    if statement_timeout is not None and not read:
+    if statement_timeout is not None and not (read or collections):
         raise PgkbError("--statement-timeout goes with --read (a reader's queries)")
     settings = app.settings()
     with connection(settings) as conn:
@@ -170,7 +179,7 @@ def db_grant(
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @pass_app
 def db_grants(app: App, role: str | None, as_json: bool) -> None:
-    """List which collections each role (or ROLE) may read.
+    """List which collections each role (or ROLE) may read, and write.
 
     "every collection" is a grant without --collection. A grant to a role that no longer
     exists, or that is not a member of kb_reader, is marked: it gives nothing."""
@@ -187,6 +196,7 @@ def db_grants(app: App, role: str | None, as_json: bool) -> None:
         return
     for r in rows:
         what = r["collection"] if r["collection"] is not None else "(every collection)"
+        what += "  (read and write)" if r.get("can_write") else ""
         note = (
             "" if r["role_exists"] and r["reader"]
             else "  [role does not exist]" if not r["role_exists"]

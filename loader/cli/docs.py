@@ -21,18 +21,41 @@ def docs() -> None:
 
 @docs.command("list")
 @click.option("--category", help="Only documents of this category.")
+@click.option(
+    "--state",
+    type=click.Choice(["pending", "processing", "ready", "failed"]),
+    help="List the submitted documents (kb.submit_document, uploads, agents) in this state "
+    "instead, newest first, with their attempts and error.",
+)
 @collection_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of document objects.")
 @click.pass_obj
 def list_command(
-    app: App, category: str | None, collections: tuple[str, ...], as_json: bool
+    app: App,
+    category: str | None,
+    state: str | None,
+    collections: tuple[str, ...],
+    as_json: bool,
 ) -> None:
-    """List documents: type, summary, entities, chunk and relation counts, updated time."""
+    """List documents: type, summary, entities, chunk and relation counts, updated time; with
+    --state, the submitted documents in that state (pending, processing, ready, failed)."""
+    from loader.db import queries
     from loader.db.session import connection
     from loader.graph.catalogue import list_documents
 
+    if state is not None:
+        _list_jobs(app, state, collections, as_json)
+        return
     with connection(app.settings(collections=joined(collections)), read=True) as conn:
         rows = list_documents(conn, category)
+        queue = conn.execute(queries.QUEUE_STATE).fetchone()
+    if queue and any(queue[:3]) and not as_json:
+        pending, processing, failed, _oldest = queue
+        echo(
+            f"submitted: {pending} pending, {processing} processing, {failed} failed "
+            "(pgkb docs list --state ...)",
+            err=True,
+        )
     if as_json:
         emit_json(rows)
         return
@@ -108,3 +131,36 @@ def render_document(info: dict[str, Any]) -> str:
         lines += ["", f"Links to documents not ingested ({len(info['unresolved_links'])})"]
         lines += [f"  {one_line(link['target_uri'])}" for link in info["unresolved_links"]]
     return "\n".join(lines)
+
+
+def _list_jobs(app: App, state: str, collections: tuple[str, ...], as_json: bool) -> None:
+    from psycopg.rows import class_row
+
+    from loader.db import queries
+    from loader.db.session import connection
+
+    with (
+        connection(app.settings(collections=joined(collections)), read=True) as conn,
+        conn.cursor(row_factory=class_row(queries.JobState)) as cur,
+    ):
+        jobs = cur.execute(
+            queries.DOCUMENT_JOBS, {"state": state, "limit": 1000, "job_id": None}
+        ).fetchall()
+    if as_json:
+        emit_json([job.to_dict() for job in jobs])
+        return
+    if not jobs:
+        echo(f"no submitted document is {state}", err=True)
+        return
+    for job in jobs:
+        what = "remove" if job.action == "remove" else (job.title or job.source_uri)
+        echo(f"{one_line(what)}  [{job.state}]  {job.id}")
+        echo(f"    {one_line(job.source_uri)} · collection {job.collection}")
+        echo(
+            f"    submitted {job.submitted_at:%Y-%m-%d %H:%M:%S} by {job.submitted_by} · "
+            f"{job.attempts} attempt(s)"
+            + (f" · {job.chunks} chunks" if job.state == "ready" and job.action == "put" else "")
+        )
+        if job.error:
+            echo("    error: " + one_line(job.error))
+    echo(f"{len(jobs)} submitted document(s) {state}", err=True)

@@ -213,6 +213,7 @@ from loader.cli.removal import remove, stale  # noqa: E402
 from loader.cli.search import search  # noqa: E402
 from loader.cli.serve import mcp, serve  # noqa: E402
 from loader.cli.stats import stats  # noqa: E402
+from loader.cli.worker import worker  # noqa: E402
 
 db.add_command(doctor)  # pgkb db doctor
 db.add_command(reindex)  # pgkb db reindex
@@ -235,6 +236,7 @@ cli.add_command(quickstart)
 cli.add_command(search)
 cli.add_command(serve)
 cli.add_command(stats)
+cli.add_command(worker)
 
 # the old top-level names keep working, hidden: the same command, and one line on stderr
 # naming the new one (stdout stays clean for --json), so no scheduled job breaks

@@ -35,12 +35,15 @@ def grant(
     statement_timeout: str | None = None,
     collections: Sequence[str] = (),
 ) -> list[str]:
-    """Grant ROLE read and/or write access (reading: ``collections`` only, when given);
-    returns the statements run (for the report)."""
+    """Grant ROLE read and/or write access; returns the statements run (for the report).
+
+    With ``collections``: reading those collections only (``read``), or reading and writing
+    them (``write``: submitting and removing documents with kb.submit_document,
+    kb.submit_file, kb.remove_document, which check the grant; the role gets kb_reader, never
+    the tables). ``write`` without collections makes ROLE a loader (kb_writer): every collection,
+    the tables, the maintenance functions."""
     if not read and not write:
         raise PgkbError("say what to grant", hint="--read (search) or --write (load)")
-    if collections and not read:
-        raise PgkbError("--collection goes with --read (writers read and write every collection)")
     names = list(dict.fromkeys(check_collection(c) for c in collections))
     if names:
         missing = [r[0] for r in conn.execute(queries.MISSING_COLLECTIONS, (names,)).fetchall()]
@@ -80,6 +83,9 @@ def grant(
     ident = sql.Identifier(role)
     db = sql.Identifier(database)
     statements: list[Any] = []
+    scoped_writer = write and bool(names)
+    if scoped_writer:  # a writer of some collections reads them too, through the functions
+        read, write = True, False
     if read:
         statements.append(queries.GRANT_READER.format(ident))
         statements.append(
@@ -101,10 +107,12 @@ def grant(
                 done.append(statement.as_string(conn))
             if read:
                 targets: list[str | None] = [*names] or [None]  # None: every collection
+                verb = "reads and writes" if scoped_writer else "reads"
                 for name in targets:
-                    conn.execute(queries.INSERT_COLLECTION_GRANT, (role, name))
+                    conn.execute(queries.INSERT_COLLECTION_GRANT, (role, name, scoped_writer))
                     done.append(
-                        f"-- {role} reads " + (f"collection {name}" if name else "every collection")
+                        f"-- {role} {verb} "
+                        + (f"collection {name}" if name else "every collection")
                     )
     except psycopg.errors.InsufficientPrivilege as exc:
         raise PgkbError(

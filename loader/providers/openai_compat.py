@@ -160,9 +160,9 @@ def call(
                 raise error(detail, hint=endpoint.status_hint(status)) from None
         if attempt >= policy.max_retries:
             tries = "1 attempt" if attempt == 0 else f"{attempt + 1} attempts"
-            raise error(
-                f"{detail} (gave up after {tries})", hint=hint + endpoint.on_give_up
-            ) from None
+            given_up = error(f"{detail} (gave up after {tries})", hint=hint + endpoint.on_give_up)
+            given_up.transient = True  # the server may answer later: a queued job is retried
+            raise given_up from None
         delay = policy.delay(attempt, failure)
         log.warning("%s; retrying in %.1f s", detail, delay)
         policy.sleep(delay)

@@ -15,6 +15,7 @@ The statements are kept in one module per part of pgkb, re-exported here, so a c
 - :mod:`~loader.db.queries.schema`: the schema's state and the active model;
 - :mod:`~loader.db.queries.retrieval`: searches, the abstention gate, context for answers;
 - :mod:`~loader.db.queries.ingest`: ingestion, the ingestion lock, bulk index loads;
+- :mod:`~loader.db.queries.jobs`: the write queue (submissions, removals, the worker's claims);
 - :mod:`~loader.db.queries.graph`: the document graph, read and written;
 - :mod:`~loader.db.queries.ops`: operations (stats, removal, models, indexes, roles, doctor);
 - :mod:`~loader.db.queries.web`: the web interface's pages (catalogue, facets, run log, snippets).
@@ -22,6 +23,7 @@ The statements are kept in one module per part of pgkb, re-exported here, so a c
 
 from loader.db.queries.graph import *  # noqa: F403
 from loader.db.queries.ingest import *  # noqa: F403
+from loader.db.queries.jobs import *  # noqa: F403
 from loader.db.queries.ops import *  # noqa: F403
 from loader.db.queries.retrieval import *  # noqa: F403
 from loader.db.queries.schema import *  # noqa: F403

@@ -172,16 +172,19 @@ SELECT c FROM unnest(%s::text[]) AS c
  WHERE NOT EXISTS (SELECT 1 FROM kb.collections k WHERE k.name = c)
 """
 INSERT_COLLECTION_GRANT = """
-INSERT INTO kb.collection_grants (role_name, collection) VALUES (%s, %s) ON CONFLICT DO NOTHING
+INSERT INTO kb.collection_grants (role_name, collection, can_write) VALUES (%s, %s, %s)
+ON CONFLICT (role_name, coalesce(collection, ''))
+DO UPDATE SET can_write = kb.collection_grants.can_write OR EXCLUDED.can_write
 """
-"""A role's grant of one collection (NULL: every collection); granting twice changes nothing."""
+"""A role's grant of one collection (NULL: every collection), to read it, or to read and write
+it (``can_write``); granting twice changes nothing, and a read grant never takes writing away."""
 KB_ROLE_MEMBERSHIPS = """
 SELECT coalesce(pg_has_role(current_user, to_regrole('kb_reader'), 'MEMBER'), false),
        coalesce(pg_has_role(current_user, to_regrole('kb_writer'), 'MEMBER'), false)
 """
 """Whether this role is a member of kb_reader and of kb_writer (false when a role is missing)."""
 COLLECTION_GRANTS = """
-SELECT g.role_name, g.collection, g.granted_at, r.oid IS NOT NULL AS role_exists,
+SELECT g.role_name, g.collection, g.can_write, g.granted_at, r.oid IS NOT NULL AS role_exists,
        coalesce(pg_has_role(r.oid, 'kb_reader', 'MEMBER'), false) AS reader
   FROM kb.collection_grants g
   LEFT JOIN pg_roles r ON r.rolname = g.role_name
