@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -264,7 +265,15 @@ def sample_kb_pg_textsearch(pg_url: str, sample_kb: Settings) -> Iterator[Settin
     skip_without_pg_textsearch(pg_url)
     source = conninfo_to_dict(str(sample_kb.database_url))["dbname"]
     name = f"pgkb_sample_pgt_{uuid.uuid4().hex[:8]}"
-    url = create_database(pg_url, name, template=str(source))
+    deadline = time.monotonic() + 60
+    while True:  # a template must have no other session: wait (bounded) for any to close
+        try:
+            url = create_database(pg_url, name, template=str(source))
+            break
+        except psycopg.errors.ObjectInUse:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     try:
         with psycopg.connect(url) as admin:
             use_pg_textsearch(admin)
