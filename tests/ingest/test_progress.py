@@ -80,16 +80,19 @@ def test_a_log_that_showed_the_run_under_way_ends_with_its_final_counts() -> Non
     with ProgressDisplay(stream, live=False, interval=0.05) as display:
         display("scanned", {"files": ["a"], "bytes": 10})
         display("file", {"source": "a", "status": "parsed", "bytes": 10, "chunks": 3})
-        deadline = time.monotonic() + 10
-        while not stream.getvalue() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while not display._logged:  # a tick has been written (bounded wait)
+            assert time.monotonic() < deadline, "no progress line within 60 s"
             time.sleep(0.01)
-        display.interval = 3600.0  # no tick after this one
-        time.sleep(0.2)  # the tick thread back in its wait, on the old interval at most once
         display._stop.set()  # no further tick: what follows is the closing line's alone
+        assert display._thread is not None
+        display._thread.join(60)
+        assert not display._thread.is_alive()
+        ticks = stream.getvalue()
         display("embedded", {"count": 3, "reused": 0})
-    lines = stream.getvalue().splitlines()
-    assert "0/3 chunks embedded" in lines[0]
-    assert "1/1 files read, 3/3 chunks embedded" in lines[-1]
+    assert "0/3 chunks embedded" in ticks.splitlines()[0]
+    closing = stream.getvalue()[len(ticks) :].splitlines()
+    assert len(closing) == 1 and "1/1 files read, 3/3 chunks embedded" in closing[0], closing
 
 
 def test_a_run_shorter_than_the_interval_logs_no_progress_line() -> None:

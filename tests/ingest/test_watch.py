@@ -21,6 +21,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from loader.ingest.writer import INGEST_LOCK_KEY
+
 pytestmark = pytest.mark.model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,6 +93,16 @@ def documents(url: str) -> dict[str, str]:
     return {uri: text or "" for uri, text in rows}
 
 
+def _waits_for_the_lock(holder: psycopg.Connection[Any]) -> bool:
+    """Whether another backend waits for the ingestion lock ``holder`` holds."""
+    row = holder.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND classid = %s AND objid = %s AND objsubid = 1",
+        (INGEST_LOCK_KEY >> 32, INGEST_LOCK_KEY & 0xFFFFFFFF),
+    ).fetchone()
+    return bool(row and row[0])
+
+
 def until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> float:
     """Poll ``check`` until it holds; the seconds it took (fails after ``timeout``)."""
     started = time.monotonic()
@@ -146,9 +158,18 @@ def test_a_watched_folder_follows_writes_saves_renames_and_deletes(
     for i in range(10):
         (docs / "travel.md").write_text(f"# Travel\n\nBook trains; version {i} of the rule.\n")
     until(lambda: "version 9" in documents(db_url)[uri("travel.md")], "a burst")
-    time.sleep(1)  # anything still to come of the burst would have arrived by now
-    batches = [r for r in watcher.drain() if r["event"] == "batch"]
-    assert len(batches) <= 2, batches
+    # a marker written after the burst: changes are batched and handled in order, so once the
+    # marker's batch is reported, every batch of the burst has been (none is still to come)
+    (docs / "marker.md").write_text("# Marker\n\nWritten after the burst.\n")
+    reports: list[dict[str, Any]] = []
+    until(
+        lambda: any(r.get("new") for r in reports) or bool(reports.extend(watcher.drain())),
+        "the marker's batch",
+    )
+    burst = [r for r in reports if r["event"] == "batch" and (r["changed"] or r["unchanged"])]
+    assert 1 <= len(burst) <= 2, reports
+    (docs / "marker.md").unlink()
+    until(lambda: uri("marker.md") not in documents(db_url), "the marker removed")
 
     # a rename: the old name goes, the new one comes (its embeddings reused)
     os.rename(docs / "equipment.md", docs / "furniture.md")
@@ -178,11 +199,17 @@ def test_a_watched_folder_follows_writes_saves_renames_and_deletes(
     )
     assert set(documents(db_url)) == {uri("leave.md"), uri("furniture.md")}
 
-    # SIGTERM while a change is being handled: a clean stop, every document whole
-    (docs / "late.md").write_text("# Late\n\nWritten just before the stop.\n")
-    time.sleep(0.5)
-    watcher.process.send_signal(signal.SIGTERM)
+    # SIGTERM while a change is being handled: the test holds the ingestion lock, so the
+    # watcher's batch for late.md waits inside its run (seen in pg_locks) when the signal comes;
+    # it finishes that batch once the lock is free, then stops cleanly, every document whole
+    with psycopg.connect(db_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (INGEST_LOCK_KEY,))
+        (docs / "late.md").write_text("# Late\n\nWritten just before the stop.\n")
+        until(lambda: _waits_for_the_lock(holder), "the watcher's batch to wait for the lock")
+        watcher.process.send_signal(signal.SIGTERM)
+        holder.execute("SELECT pg_advisory_unlock(%s)", (INGEST_LOCK_KEY,))
     assert watcher.process.wait(DEADLINE) == 0, "".join(watcher.stderr)
+    assert "Written just before the stop" in documents(db_url)[uri("late.md")]
     with psycopg.connect(db_url) as conn:
         empty = conn.execute(
             "SELECT count(*) FROM kb.documents d "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,40 @@ def _top(settings: Settings, query: str) -> list[tuple[int, float]]:
         hits = search(conn, query, vector, settings=settings, limit=5)
     finally:
         conn.close()
+    return [(h.chunk_id, round(h.score, 9)) for h in hits]
+
+
+def _answered_from(settings: Settings, query: str) -> list[tuple[int, float]]:
+    """:func:`_top`, checked independently of the search path: every hit's vector similarity
+    is the cosine of the query and that chunk's stored vector of ``settings``' model (so a
+    search answered from another model's vectors fails here, not only against a baseline
+    computed by the same search)."""
+    import numpy as np
+
+    from loader.providers.embeddings import get_embedder
+
+    vector = np.asarray(get_embedder(settings).embed_query(query), dtype=float)
+    conn = connect(str(settings.database_url))
+    try:
+        hits = search(conn, query, vector.tolist(), settings=settings, limit=5)
+        stored = dict(
+            conn.execute(
+                "SELECT e.chunk_id, e.embedding FROM kb.embeddings e "
+                "JOIN kb.embedding_models m ON m.id = e.model_id WHERE m.name = %s",
+                (settings.embedding_model,),
+            ).fetchall()
+        )
+    finally:
+        conn.close()
+    scored = [h for h in hits if h.vector_similarity is not None]
+    assert scored, "the vector leg answered"
+    for hit in scored:
+        own = np.asarray(stored[hit.chunk_id].to_numpy(), dtype=float)
+        cosine = float(vector @ own / (np.linalg.norm(vector) * np.linalg.norm(own)))
+        assert hit.vector_similarity == pytest.approx(cosine, abs=1e-5), (
+            settings.embedding_model,
+            hit.chunk_id,
+        )
     return [(h.chunk_id, round(h.score, 9)) for h in hits]
 
 
@@ -347,15 +382,16 @@ def test_an_api_model_with_prompts_and_dimensions_end_to_end(
 def test_activate_and_reembed_under_a_stream_of_searches(
     kb: tuple[Settings, dict[str, str]], fake_openai: FakeOpenAI
 ) -> None:
-    """Three threads search without pause while a second model is re-embedded and activated,
-    and activation is rolled back and forth: no search errs, and each returns the results of
-    the model its query was embedded with (never one model's query against the other's
-    vectors, which would change the scores)."""
-    import threading
-
+    """Searches run without pause, configured for the first model (three threads, while the
+    second is re-embedded and then while activation goes back and forth) and for the second
+    (a thread from the moment its vectors are complete): no search errs, and each returns the
+    results of the model its query was embedded with, whichever model is active (a search
+    answered from the active model's vectors would hand one model's query to the other's
+    vectors, and the scores would change: the two baselines differ, so the test can tell)."""
     from tests.fake_openai import Request, fake_vector
 
     settings, env = kb
+    second = settings.replace(embedding_model="fake-embed-2")
 
     def by_model(request: Request) -> Reply:
         """The second model's vectors differ from the first's (a mix would change scores)."""
@@ -368,33 +404,42 @@ def test_activate_and_reembed_under_a_stream_of_searches(
 
     fake_openai.script("/v1/embeddings", *[by_model] * 20_000)
     assert _add(env, fake_openai, "fake-embed-2", 8).exit_code == 0
-    baseline = _top(settings, "vacuum dead tuples")
+    baselines = {"fake-embed": _answered_from(settings, "vacuum dead tuples")}
     stop = threading.Event()
     errors: list[str] = []
-    results: list[list[tuple[int, float]]] = []
+    results: dict[str, list[list[tuple[int, float]]]] = {"fake-embed": [], "fake-embed-2": []}
 
-    def searcher() -> None:
+    def searcher(config: Settings) -> None:
         while not stop.is_set():
             try:
-                results.append(_top(settings, "vacuum dead tuples"))
+                results[config.embedding_model].append(_top(config, "vacuum dead tuples"))
             except Exception as exc:  # reported below
-                errors.append(f"{type(exc).__name__}: {exc}")
+                errors.append(f"{config.embedding_model}: {type(exc).__name__}: {exc}")
 
-    threads = [threading.Thread(target=searcher) for _ in range(3)]
+    threads = [threading.Thread(target=searcher, args=(settings,)) for _ in range(3)]
     for thread in threads:
         thread.start()
     try:
         reembed(settings, "fake-embed-2", batch_size=2)
+        baselines["fake-embed-2"] = _answered_from(second, "vacuum dead tuples")
+        assert baselines["fake-embed-2"] != baselines["fake-embed"]
+        threads.append(threading.Thread(target=searcher, args=(second,)))
+        threads[-1].start()
         for model in ("fake-embed-2", "fake-embed", "fake-embed-2", "fake-embed"):
             assert run(["models", "activate", model], env).exit_code == 0
-            seen = len(results)
-            # wait (by events, not time) until searches ran under this activation
-            while len(results) < seen + 3 and not errors:
+            seen = {name: len(found) for name, found in results.items()}
+            # wait (by events, not time; bounded) until both models' searches ran under this
+            # activation
+            deadline = time.monotonic() + 120
+            while not errors and any(len(results[n]) < seen[n] + 2 for n in seen):
+                assert time.monotonic() < deadline, "no searches ran under this activation"
                 stop.wait(0.01)
     finally:
         stop.set()
         for thread in threads:
             thread.join(60)
     assert not errors, errors[:3]
-    assert len(results) >= 12
-    assert all(result == baseline for result in results)
+    assert len(results["fake-embed"]) >= 12 and len(results["fake-embed-2"]) >= 8
+    for name, found in results.items():
+        wrong = [r for r in found if r != baselines[name]]
+        assert not wrong, (name, len(wrong), wrong[:1], baselines[name])

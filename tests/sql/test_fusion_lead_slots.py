@@ -2,7 +2,8 @@
 
 Eight one-chunk documents with 3-dimensional vectors: six "near" pages whose vectors approach the
 query [1, 0, 0] in a known order, and two pages pointing away from it that only the keyword leg
-can find. Every expected order below follows from the RRF formula by hand.
+can find. Every expected order below follows from the RRF formula by hand, and holds on both
+keyword backends (the SQL BM25 and pg_textsearch's index).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pgvector import Vector
 
 from loader.errors import SqlState
 from tests.helpers import raises_code, rows
+
+pytestmark = pytest.mark.usefixtures("keyword_backend")  # both keyword backends
 
 QUERY = Vector([1.0, 0.0, 0.0])
 
