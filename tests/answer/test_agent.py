@@ -386,9 +386,7 @@ def test_ask_agent_for_other_programs(
 ) -> None:
     import loader.app.core
 
-    monkeypatch.setattr(
-        loader.app.core, "get_embedder", lambda settings: HandEmbedder()
-    )
+    monkeypatch.setattr(loader.app.core, "get_embedder", lambda settings: HandEmbedder())
     fake_openai.script("/v1/chat/completions", chat_reply("B-tree [Index Types]."))
     result = ask_agent(QUESTION, kb_settings)
     assert result["answer"] == "B-tree [Index Types]."
@@ -642,9 +640,7 @@ def test_the_agent_uses_agent_chat_model_falling_back_to_chat_model(
     import loader.app.core
     from loader.app import AskRequest, KnowledgeBase
 
-    monkeypatch.setattr(
-        loader.app.core, "get_embedder", lambda settings: HandEmbedder()
-    )
+    monkeypatch.setattr(loader.app.core, "get_embedder", lambda settings: HandEmbedder())
     fake_openai.script(
         "/v1/chat/completions",
         call("search_chunks", {"query": "gin"}),

@@ -40,6 +40,7 @@ def test_ci_checks_lint_format_and_types_then_builds_the_extensions_before_the_s
         "ruff check .",
         "ruff format --check .",
         "mypy",
+        "lint-imports",
         "export PGKB_REQUIRE_EXTENSIONS=all",
         "python -m tests.extensions build",
     ]
