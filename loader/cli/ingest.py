@@ -235,21 +235,27 @@ def _watch(
     from loader.ingest.watch import Watcher
 
     def report(data: dict[str, Any]) -> None:
+        if data.get("event") == "error" and "folder" in data:
+            # a watched folder went: said on stderr with --json too (a log reads it there)
+            secho(f"Error: {data['error']}", fg="red", err=True)
         if as_json:  # JSON lines: one object per line, flushed for whoever reads the pipe
             click.echo(json_text(data, indent=None))
             sys.stdout.flush()
             return
         for failure in data.get("failed", []):
             echo(f"failed: {one_line(failure['source'])}: {failure['reason']}", err=True)
+        for note in data.get("notes", []):
+            echo(f"note: {note}", err=True)
         if data.get("event") == "error":
-            secho(f"Error: {data['error']} (kept; tried again on the next change)", fg="red",
-                  err=True)  # fmt: skip
+            if "folder" not in data:
+                secho(f"Error: {data['error']} (kept; tried again on the next change)",
+                      fg="red", err=True)  # fmt: skip
             return
         removed = data.get("removed") or []
         for uri in removed:
             echo(f"removed: {one_line(uri)}", err=True)
-        label = "first run" if data.get("event") == "initial" else "changes"
-        echo(f"{label}: {summary_line(data)}", err=True)
+        label = {"initial": "first run", "resumed": f"{data.get('folder')} is back"}
+        echo(f"{label.get(data.get('event', ''), 'changes')}: {summary_line(data)}", err=True)
 
     watcher = Watcher(
         settings, files, category=category, meta=meta, collection=collection, prune=prune,
