@@ -91,6 +91,15 @@ def summary_line(data: dict[str, Any]) -> str:
     show_default=True,
     help="Follow links on the same site this many hops from each URL given.",
 )
+@click.option(
+    "--allow-origin",
+    "allow_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="Another origin (scheme://host[:port]) redirects, crawled links and sitemap entries "
+    "may lead to (repeatable; also web_allowed_origins). Without it a crawl stays on the "
+    "origins of the URLs and sitemaps given.",
+)
 @setting_option(
     "web_max_pages", "--max-pages", type=click.IntRange(1), help="Pages fetched at most per run."
 )
@@ -121,6 +130,7 @@ def ingest(
     watch: bool,
     sitemaps: tuple[str, ...],
     crawl_depth: int,
+    allow_origins: tuple[str, ...],
     web_max_pages: int | None,
     chunk_tokens: int | None,
     chunk_overlap: int | None,
@@ -143,6 +153,7 @@ def ingest(
     from loader.ingest.pipeline import ingest_paths
     from loader.ingest.report import IngestReport
     from loader.ingest.web import Crawl, check_url, ingest_web, is_url
+    from loader.settings_checks import origin_of
 
     settings = app.settings(
         chunk_tokens=chunk_tokens,
@@ -156,6 +167,7 @@ def ingest(
     urls = [check_url(p) for p in paths if is_url(p)]
     files = [p for p in paths if not is_url(p)]
     site_maps = [check_url(u, where="--sitemap") for u in sitemaps]
+    origins = [origin_of(o, where="--allow-origin") for o in allow_origins]
     if not paths and not site_maps:
         raise click.UsageError(
             "Missing argument 'PATHS...': nothing to ingest; give files, folders or URLs "
@@ -190,7 +202,7 @@ def ingest(
         if (urls or site_maps) and not report.aborted:
             web = ingest_web(
                 settings,
-                Crawl(urls, site_maps, crawl_depth, settings.web_max_pages),
+                Crawl(urls, site_maps, crawl_depth, settings.web_max_pages, origins),
                 category=category,
                 collection=collection,
                 meta=parse_meta(meta),
