@@ -136,6 +136,23 @@ class Settings:
     web_max_pages: int = 100
     """Pages one ``pgkb ingest URL`` run fetches at most (``--max-pages``), sitemaps and crawls
     included."""
+    web_deadline: float = 120.0
+    """Seconds one web fetch may take in all (connection, redirects, headers and body): a
+    server that trickles its answer is cut there and the page reported as failed
+    (``web_timeout`` bounds each read only)."""
+    web_allowed_origins: str | None = None
+    """Other origins (``scheme://host[:port]``, comma-separated) that redirects, crawled links
+    and sitemap entries may lead to (``--allow-origin``). Unset: only the origins of the URLs
+    and sitemaps given (and the same host's ``https://`` for an ``http://`` one)."""
+    web_max_links: int = 5000
+    """Links read from one page for the crawl (``--crawl-depth``); the others are not followed
+    and a note says so. The page's text is ingested whole."""
+    web_robots_max_kb: float = 500.0
+    """robots.txt read at most (KiB, counted after decompression); what follows is ignored, as
+    Google does at 500 KiB, and a note says so."""
+    web_sitemap_max_mb: float = 50.0
+    """A sitemap read at most (MB after decompression, a ``.xml.gz`` file included; the
+    sitemaps.org limit is 50 MB); a larger one is reported as failed."""
     graph_across_collections: bool = False
     """Let links and mentions become graph edges to documents of other collections; off: an
     ingest links a document only to documents of its own collection."""

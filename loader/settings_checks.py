@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Any
+from urllib.parse import urlsplit
 
 from loader.errors import ConfigError
 from loader.filters import SearchFilters, check_collection
@@ -30,6 +31,33 @@ def collection_names(raw: str | None) -> tuple[str, ...]:
     """``collections``, split and checked (empty when unset)."""
     names = [n.strip() for n in (raw or "").split(",") if n.strip()]
     return tuple(dict.fromkeys(check_collection(n, where="setting collections") for n in names))
+
+
+def origin_of(url: str, *, where: str = "origin") -> str:
+    """``url``'s origin as ``scheme://host[:port]`` (the port only when it is not the scheme's
+    default), or a :class:`ConfigError` naming it."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{where} {url!r} is not a valid URL: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"{where} {url!r} is not an http(s) origin",
+            hint="give it as scheme://host[:port], e.g. https://docs.example.org",
+        )
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    default = {"http": 80, "https": 443}[scheme]
+    return f"{scheme}://{host}" + (f":{port}" if port is not None and port != default else "")
+
+
+def origin_list(raw: str | None) -> tuple[str, ...]:
+    """``web_allowed_origins``, split and checked (empty when unset)."""
+    names = [n.strip() for n in (raw or "").split(",") if n.strip()]
+    return tuple(dict.fromkeys(origin_of(n, where="web_allowed_origins entry") for n in names))
 
 
 def problems_of(settings: Any) -> list[str]:
@@ -165,6 +193,15 @@ def problems_of(settings: Any) -> list[str]:
         problems.append(f"web_timeout must be positive, got {settings.web_timeout}")
     if settings.web_max_pages < 1:
         problems.append(f"web_max_pages must be at least 1, got {settings.web_max_pages}")
+    for name in ("web_deadline", "web_robots_max_kb", "web_sitemap_max_mb"):
+        if getattr(settings, name) <= 0:
+            problems.append(f"{name} must be positive, got {getattr(settings, name)}")
+    if settings.web_max_links < 0:
+        problems.append(f"web_max_links must be >= 0, got {settings.web_max_links}")
+    try:
+        origin_list(settings.web_allowed_origins)
+    except ConfigError as exc:
+        problems.append(exc.message)
     if not settings.web_user_agent.strip():
         problems.append("web_user_agent must not be empty")
     if not 0 <= settings.prune_max_fraction <= 1:

@@ -91,6 +91,15 @@ def summary_line(data: dict[str, Any]) -> str:
     show_default=True,
     help="Follow links on the same site this many hops from each URL given.",
 )
+@click.option(
+    "--allow-origin",
+    "allow_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="Another origin (scheme://host[:port]) redirects, crawled links and sitemap entries "
+    "may lead to (repeatable; also web_allowed_origins). Without it a crawl stays on the "
+    "origins of the URLs and sitemaps given.",
+)
 @setting_option(
     "web_max_pages", "--max-pages", type=click.IntRange(1), help="Pages fetched at most per run."
 )
@@ -121,6 +130,7 @@ def ingest(
     watch: bool,
     sitemaps: tuple[str, ...],
     crawl_depth: int,
+    allow_origins: tuple[str, ...],
     web_max_pages: int | None,
     chunk_tokens: int | None,
     chunk_overlap: int | None,
@@ -143,6 +153,7 @@ def ingest(
     from loader.ingest.pipeline import ingest_paths
     from loader.ingest.report import IngestReport
     from loader.ingest.web import Crawl, check_url, ingest_web, is_url
+    from loader.settings_checks import origin_of
 
     settings = app.settings(
         chunk_tokens=chunk_tokens,
@@ -156,6 +167,7 @@ def ingest(
     urls = [check_url(p) for p in paths if is_url(p)]
     files = [p for p in paths if not is_url(p)]
     site_maps = [check_url(u, where="--sitemap") for u in sitemaps]
+    origins = [origin_of(o, where="--allow-origin") for o in allow_origins]
     if not paths and not site_maps:
         raise click.UsageError(
             "Missing argument 'PATHS...': nothing to ingest; give files, folders or URLs "
@@ -190,7 +202,7 @@ def ingest(
         if (urls or site_maps) and not report.aborted:
             web = ingest_web(
                 settings,
-                Crawl(urls, site_maps, crawl_depth, settings.web_max_pages),
+                Crawl(urls, site_maps, crawl_depth, settings.web_max_pages, origins),
                 category=category,
                 collection=collection,
                 meta=parse_meta(meta),
@@ -235,21 +247,27 @@ def _watch(
     from loader.ingest.watch import Watcher
 
     def report(data: dict[str, Any]) -> None:
+        if data.get("event") == "error" and "folder" in data:
+            # a watched folder went: said on stderr with --json too (a log reads it there)
+            secho(f"Error: {data['error']}", fg="red", err=True)
         if as_json:  # JSON lines: one object per line, flushed for whoever reads the pipe
             click.echo(json_text(data, indent=None))
             sys.stdout.flush()
             return
         for failure in data.get("failed", []):
             echo(f"failed: {one_line(failure['source'])}: {failure['reason']}", err=True)
+        for note in data.get("notes", []):
+            echo(f"note: {note}", err=True)
         if data.get("event") == "error":
-            secho(f"Error: {data['error']} (kept; tried again on the next change)", fg="red",
-                  err=True)  # fmt: skip
+            if "folder" not in data:
+                secho(f"Error: {data['error']} (kept; tried again on the next change)",
+                      fg="red", err=True)  # fmt: skip
             return
         removed = data.get("removed") or []
         for uri in removed:
             echo(f"removed: {one_line(uri)}", err=True)
-        label = "first run" if data.get("event") == "initial" else "changes"
-        echo(f"{label}: {summary_line(data)}", err=True)
+        label = {"initial": "first run", "resumed": f"{data.get('folder')} is back"}
+        echo(f"{label.get(data.get('event', ''), 'changes')}: {summary_line(data)}", err=True)
 
     watcher = Watcher(
         settings, files, category=category, meta=meta, collection=collection, prune=prune,

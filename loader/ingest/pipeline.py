@@ -273,7 +273,7 @@ def _ingest_paths(
                     source = names.uri(path)
                     prepared = _prepare_file(
                         path, source, stored, fingerprint, chunker, category, meta, max_bytes,
-                        report, extractor,
+                        report, extractor, scan.identity.get(path),
                     )  # fmt: skip
                     if progress:
                         status = "unchanged" if prepared is None else "parsed"
@@ -352,11 +352,13 @@ def _prepare_file(
     max_bytes: int,
     report: IngestReport,
     extractor: Extractor,
+    identity: tuple[int, int] | None = None,
 ) -> Prepared | None:
-    """Read, hash, and (if changed) parse and chunk one file; None when unchanged or failed."""
+    """Read, hash, and (if changed) parse and chunk one file; None when unchanged or failed.
+    ``identity``: the file's ``(st_dev, st_ino)`` at the scan (what is read must be that file)."""
     try:
         with report.phase("read"):
-            data = read_file(path, max_bytes)
+            data = read_file(path, max_bytes, identity)
             sha = _document_sha(hashlib.sha256(data).hexdigest(), fingerprint, category, meta)
         previous = stored.get(source)
         if previous == sha:

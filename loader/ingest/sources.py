@@ -39,6 +39,12 @@ class Scan:
     failures: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     unreadable: list[Path] = dataclasses.field(default_factory=list)
     """Folders that could not be listed: prune keeps every document under them."""
+    identity: dict[Path, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    """Each file's ``(st_dev, st_ino)`` when it was scanned: :func:`read_file` reads that file
+    or nothing (a file swapped for a link, or another file, between the scan and the read)."""
+    outside: list[Path] = dataclasses.field(default_factory=list)
+    """Paths under a scanned folder that are symbolic links leaving it: no file of the folder
+    is there any more, so ``--prune`` removes what was stored under such a name."""
 
 
 def shown_path(path: str) -> str:
@@ -96,9 +102,16 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
                 scan.failures.append((str(path.absolute()), f"cannot read: {exc.strerror}"))
             return
         try:
-            mode = os.stat(real).st_mode
+            # ``real`` holds no link: lstat, so a link swapped in since resolve() is not followed
+            st = os.lstat(real)
         except OSError as exc:
             scan.failures.append((str(path.absolute()), f"cannot read: {exc.strerror}"))
+            return
+        mode = st.st_mode
+        if stat.S_ISLNK(mode):
+            scan.failures.append(
+                (str(path.absolute()), "changed into a symbolic link while scanned: not followed")
+            )
             return
         special = not_regular(mode)
         if special is not None:
@@ -116,6 +129,7 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
             )
             return
         if root is not None and not _inside(real, root):
+            scan.outside.append(path.absolute())
             scan.failures.append(
                 (
                     str(path.absolute()),
@@ -127,6 +141,7 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
         if real not in seen:
             seen.add(real)
             scan.files.append(real)
+            scan.identity[real] = (st.st_dev, st.st_ino)
 
     for raw in paths:
         path = Path(raw).expanduser().absolute()
@@ -171,6 +186,7 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
                 continue
             real_dir = Path(os.path.realpath(dirpath))
             if not _inside(real_dir, root):
+                scan.outside.append(Path(dirpath))
                 scan.failures.append(
                     (
                         dirpath,
@@ -216,20 +232,58 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]]) -> Scan:
     return scan
 
 
-def read_file(path: Path, max_bytes: int) -> bytes:
-    """The file's bytes, or :class:`ExtractionError` (too large, vanished, changed while read,
-    not a regular file).
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
-    The file is opened non-blocking and checked through the open descriptor, so a path that
-    became a named pipe or a device after the walk is refused, never waited on.
-    """
+
+def _opened_path(fd: int) -> str | None:
+    """The path the kernel gives the open file ``fd`` (Linux's ``/proc/self/fd``), or None
+    where that cannot be read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+def read_file(path: Path, max_bytes: int, expected: tuple[int, int] | None = None) -> bytes:
+    """The file's bytes, or :class:`ExtractionError` (too large, vanished, changed while read,
+    not a regular file, not the file that was scanned).
+
+    ``path`` is a resolved path (no link in it). The file is opened non-blocking and without
+    following a link (``O_NOFOLLOW``), then checked through the open descriptor: a path that
+    became a named pipe or a device after the walk is refused, never waited on; one that became
+    a symbolic link is not followed; and what was opened must be the file the scan saw
+    (``expected``: its ``st_dev``, ``st_ino``) at ``path`` itself (``/proc/self/fd`` on Linux),
+    so a folder on the way swapped for a link to elsewhere is not followed either: the text of
+    a file outside the folder is never stored under a name inside it.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP and os.path.islink(path):
+                raise ExtractionError(
+                    "replaced by a symbolic link after the folder was scanned: not followed, "
+                    "nothing read (its stored version is kept; pgkb ingest refuses links that "
+                    "leave the folder)"
+                ) from None
+            raise
         try:
             before = os.fstat(fd)
             special = not_regular(before.st_mode)
             if special is not None:
                 raise ExtractionError(special)
+            opened = _opened_path(fd)
+            if opened == str(path):
+                opened = None
+            if opened is not None or (
+                expected is not None and (before.st_dev, before.st_ino) != expected
+            ):
+                raise ExtractionError(
+                    "replaced by another file after the folder was scanned"
+                    + (f" (what opened is {shown_path(opened)})" if opened else "")
+                    + ": not read, its stored version is kept; run again to pick up a real change"
+                )
             if before.st_size > max_bytes:
                 raise ExtractionError(
                     f"file too large ({before.st_size / 1e6:.1f} MB, the limit is "
@@ -240,13 +294,20 @@ def read_file(path: Path, max_bytes: int) -> bytes:
             raise
         with os.fdopen(fd, "rb") as handle:
             data = handle.read(max_bytes + 1)
-        after = os.stat(path)
+            after = os.fstat(handle.fileno())
+        if not os.path.lexists(path):
+            raise FileNotFoundError(path)
     except FileNotFoundError:
         raise ExtractionError("deleted during the run (it will be pruned by --prune)") from None
     except IsADirectoryError:
         raise ExtractionError("is a directory") from None
     except PermissionError:
         raise ExtractionError("permission denied") from None
+    except NotADirectoryError:
+        raise ExtractionError(
+            "a folder on its path was replaced by a file during the run (it will be pruned by "
+            "--prune)"
+        ) from None
     except OSError as exc:
         raise ExtractionError(f"cannot read: {exc.strerror or exc}") from None
     if (
@@ -262,7 +323,7 @@ def read_file(path: Path, max_bytes: int) -> bytes:
 
 def file_metadata(path: Path, data: bytes, mime: str | None) -> dict[str, Any]:
     try:
-        mtime = os.stat(path).st_mtime
+        mtime = os.lstat(path).st_mtime
         modified = dt.datetime.fromtimestamp(mtime, dt.UTC).isoformat(timespec="seconds")
     except OSError:
         modified = None

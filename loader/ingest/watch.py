@@ -32,6 +32,7 @@ import logging
 import os
 import queue
 import signal
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -47,7 +48,7 @@ from loader.ingest.extract import mime_type
 from loader.ingest.pipeline import ingest_paths
 from loader.ingest.report import IngestReport
 from loader.ingest.sources import SourceNames
-from loader.ingest.writer import INGEST, _is_gone, ingest_lock
+from loader.ingest.writer import INGEST, _is_gone, ingest_lock, replaced_folders_note
 from loader.providers.embeddings import Embedder, get_embedder
 from loader.settings import Settings
 
@@ -71,18 +72,53 @@ class Batch:
 
     present: set[Path] = dataclasses.field(default_factory=set)
     gone: set[Path] = dataclasses.field(default_factory=set)
+    replaced: set[Path] = dataclasses.field(default_factory=set)
+    """Paths that exist and are no folder: one may have been a folder, whose documents are gone
+    (a folder moved away and a file made at its name)."""
 
     def add(self, path: Path) -> None:
         if os.path.lexists(path):
             self.gone.discard(path)
-            if path.is_dir() or mime_type(path) is not None:
+            is_dir = path.is_dir()
+            if is_dir or mime_type(path) is not None:
                 self.present.add(path)
+            if is_dir:
+                self.replaced.discard(path)
+            else:
+                self.replaced.add(path)
         else:
             self.present.discard(path)
+            self.replaced.discard(path)
             self.gone.add(path)
 
+    def merge(self, older: Batch) -> None:
+        """Take back the paths of ``older`` (a batch that failed) that no newer change judged."""
+        judged = self.present | self.gone | self.replaced
+        self.present |= older.present - judged
+        self.gone |= older.gone - judged
+        self.replaced |= older.replaced - judged
+
     def __bool__(self) -> bool:
-        return bool(self.present or self.gone)
+        return bool(self.present or self.gone or self.replaced)
+
+
+def folder_identity(path: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the folder at ``path``, or None when no folder is there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+class _Either:
+    """Set when either event is (what watchfiles' ``stop_event`` asks for: ``is_set()``)."""
+
+    def __init__(self, first: threading.Event, second: threading.Event) -> None:
+        self.first, self.second = first, second
+
+    def is_set(self) -> bool:
+        return self.first.is_set() or self.second.is_set()
 
 
 def _hidden(path: Path, roots: Sequence[Path]) -> bool:
@@ -125,6 +161,10 @@ class Watcher:
         self.embedder = embedder
         self.quiet_ms, self.max_wait_ms = quiet_ms, max_wait_ms
         self.names = SourceNames.for_root(settings.source_root)
+        self.folders = {p: folder_identity(p) for p in self.paths if p.is_dir()}
+        """Each watched folder's identity: one that goes is reported, and watched again when a
+        folder is back at its path."""
+        self.lost: set[Path] = set()
         self.stop = threading.Event()
         self.pending = Batch()
         self.changes: queue.Queue[set[tuple[Any, str]] | Exception | None] = queue.Queue()
@@ -166,9 +206,11 @@ class Watcher:
         if leaving:
             data["failed"] = [*data.get("failed", []), *leaving]
             data["exit_code"] = max(int(data.get("exit_code") or 0), 1)
-        removed, refused = self.remove(batch.gone)
+        removed, refused, notes = self.remove(batch.gone | batch.replaced)
         data["pruned"] = data.get("pruned", 0) + len(removed)
         data["removed"] = removed
+        if notes:
+            data["notes"] = [*data.get("notes", []), *notes]
         if refused:
             data["failed"] = [*data.get("failed", []), refused]
             data["exit_code"] = 1
@@ -205,14 +247,23 @@ class Watcher:
 
     # -- removals -------------------------------------------------------------------------------
 
-    def remove(self, gone: Iterable[Path]) -> tuple[list[str], dict[str, str] | None]:
+    def remove(self, gone: Iterable[Path]) -> tuple[list[str], dict[str, str] | None, list[str]]:
         """Delete the documents of files (or folders) that are certainly gone, with --prune's
-        safety; returns the removed source_uris and, when the fraction guard refused, why."""
-        gone = [p for p in gone if not os.path.lexists(p)]
+        safety; returns the removed source_uris, why the fraction guard refused (or None), and
+        notes (a folder that became a file, named). ``gone`` may hold paths that exist as a file
+        now: what was stored *under* them (a folder there before) is gone. Nothing under a
+        watched folder that is itself gone is removed (an unmounted disk): it is ingested again
+        when the folder is back."""
+        gone = [
+            p
+            for p in gone
+            if (not os.path.lexists(p) or not p.is_dir())
+            and not any(p == f or p.is_relative_to(f) for f in self.lost)
+        ]
         if not gone:
-            return [], None
+            return [], None, []
         with connection(self.settings) as conn, ingest_lock(conn, what=INGEST):
-            doomed: list[str] = []
+            doomed: dict[str, str] = {}
             for path in gone:
                 uri = self._uri(path)
                 if uri is None:
@@ -222,8 +273,9 @@ class Watcher:
                 ).fetchall()
                 for (stored,) in rows:
                     under = stored == uri or stored.startswith(uri.rstrip("/") + "/")
-                    if under and _is_gone(str(self.names.path(stored))):
-                        doomed.append(stored)
+                    where = str(self.names.path(stored))
+                    if under and _is_gone(where):
+                        doomed[stored] = where
             total = 0
             for root in (r for r in self.roots if r.is_dir()):
                 under = conn.execute(
@@ -231,9 +283,8 @@ class Watcher:
                 ).fetchall()
                 total += len(under)
             conn.commit()
-            doomed = sorted(set(doomed))
             if not doomed:
-                return [], None
+                return [], None, []
             limit = self.settings.prune_max_fraction * max(total, len(doomed))
             if not self.force and len(doomed) > limit:
                 reason = (
@@ -243,12 +294,17 @@ class Watcher:
                     "and complete, then run `pgkb ingest PATH --prune --force` to delete them"
                 )
                 log.error("%s", reason)
-                return [], {"source": ", ".join(str(r) for r in self.roots), "reason": reason}
+                notes = replaced_folders_note(doomed.values(), "kept (removal refused)")
+                where = ", ".join(str(r) for r in self.roots)
+                return [], {"source": where, "reason": reason}, notes
             with conn.transaction():
-                conn.execute(queries.DELETE_DOCUMENTS, (doomed, self.collection))
-        for uri in doomed:
+                conn.execute(queries.DELETE_DOCUMENTS, (sorted(doomed), self.collection))
+        for uri in sorted(doomed):
             log.info("removed: %s", uri)
-        return doomed, None
+        notes = replaced_folders_note(doomed.values(), "removed")
+        for note in notes:
+            log.warning("watch: %s", note)
+        return sorted(doomed), None, notes
 
     def _uri(self, path: Path) -> str | None:
         """The source_uri a (gone) path had, resolved through its folder (which still exists);
@@ -266,25 +322,42 @@ class Watcher:
 
     def start(self) -> None:
         """Start watching (on a thread of its own) before the first run, so a change made while
-        the first run works is not missed."""
+        the first run works is not missed. Watches the paths that exist (all of them at first;
+        after a watched folder went, the others, until it is back)."""
+        paths = [p for p in self.paths if os.path.lexists(p) and p not in self.lost]
+        self._thread_stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if not paths:
+            return
         ready = threading.Event()
-        thread = threading.Thread(target=self._watch, args=(ready,), name="pgkb-watch", daemon=True)
+        thread = threading.Thread(
+            target=self._watch, args=(ready, paths, self._thread_stop), name="pgkb-watch",
+            daemon=True,
+        )  # fmt: skip
         thread.start()
         ready.wait(10)
         self._thread = thread
 
-    def _watch(self, ready: threading.Event) -> None:
+    def _restart(self) -> None:
+        """Watch again from scratch: the watch of a folder that went follows nothing more (its
+        inotify watch went with it), and a folder back at the same path is a new one."""
+        self._thread_stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        self.start()
+
+    def _watch(self, ready: threading.Event, paths: list[Path], own: threading.Event) -> None:
         import watchfiles
 
         def wanted(change: watchfiles.Change, raw: str) -> bool:
             return not _hidden(Path(raw), self.roots)
 
         changes = watchfiles.watch(
-            *self.paths,
+            *paths,
             watch_filter=wanted,
             debounce=self.max_wait_ms,
             step=self.quiet_ms,
-            stop_event=self.stop,
+            stop_event=_Either(self.stop, own),
             rust_timeout=500,
             yield_on_timeout=True,
             raise_interrupt=False,
@@ -295,11 +368,56 @@ class Watcher:
                 if found:
                     self.changes.put(found)
         except Exception as exc:  # the folder vanished, the inotify limit reached, ...
-            log.error("watch: the watch stopped: %s", exc)
-            self.changes.put(exc)
+            if not own.is_set():
+                log.error("watch: the watch stopped: %s", exc)
+                self.changes.put(exc)
         finally:
             ready.set()
-            self.changes.put(None)
+            if not own.is_set():  # replaced by a new watch: the loop goes on
+                self.changes.put(None)
+
+    def check_folders(self) -> None:
+        """A watched folder that went (deleted, moved away, unmounted) is reported once, as an
+        ``error`` event with exit code 2 (its documents are kept); one back at its path (or
+        another folder put there) is watched again and ingested whole (with --prune's
+        removals), as a ``resumed`` event."""
+        changed, back = False, []
+        for path, known in self.folders.items():
+            now = folder_identity(path)
+            if now is None:
+                if path not in self.lost:
+                    self.lost.add(path)
+                    changed = True
+                    message = (
+                        f"the watched folder {path} is gone (deleted, moved away or "
+                        "unmounted): its documents are kept, and it is watched again when a "
+                        "folder is back at that path"
+                    )
+                    log.error("watch: %s", message)
+                    self.report(
+                        {"event": "error", "error": message, "folder": str(path),
+                         "hint": "put the folder back (or mount it); pgkb picks it up",
+                         "exit_code": 2}
+                    )  # fmt: skip
+            elif now != known or path in self.lost:
+                self.folders[path] = now
+                self.lost.discard(path)
+                changed = True
+                back.append(path)
+        if changed:
+            self._restart()
+        for path in back:
+            log.warning("watch: the folder %s is back: ingesting it whole", path)
+            try:
+                report = self._ingest([path], prune=self.prune)
+            except PgkbError as exc:
+                self.pending.present.add(path)
+                self.report(
+                    {"event": "error", "error": exc.message, "hint": exc.hint, "exit_code": 2,
+                     "pending": [str(path)]}
+                )  # fmt: skip
+                continue
+            self.report({"event": "resumed", "folder": str(path), **report.to_dict()})
 
     def run(self) -> None:
         """Handle the batches of changes until :attr:`stop` is set; each batch's summary goes to
@@ -312,9 +430,14 @@ class Watcher:
                 found = self.changes.get(timeout=0.5)
             except queue.Empty:
                 found = set()
+            self.check_folders()
             if found is None:
+                if self.lost and not self.stop.is_set():  # every watched path went: wait
+                    continue
                 return
             if isinstance(found, Exception):
+                if self.lost:  # a watched folder went: reported above, watched again
+                    continue
                 raise PgkbError(
                     f"the watch of {', '.join(map(str, self.paths))} stopped: {found}",
                     hint="on Linux, raise fs.inotify.max_user_watches for large trees",
@@ -328,8 +451,7 @@ class Watcher:
             try:
                 self.report(self.handle(batch))
             except PgkbError as exc:
-                self.pending.present |= batch.present - self.pending.gone
-                self.pending.gone |= batch.gone - self.pending.present
+                self.pending.merge(batch)
                 log.error("watch: %s", exc.message)
                 self.report(
                     {"event": "error", "error": exc.message, "hint": exc.hint, "exit_code": 2,

@@ -7,7 +7,8 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Iterator
+import stat
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -387,16 +388,47 @@ def finish_load(conn: psycopg.Connection[Any], report: IngestReport) -> None:
 
 
 def _is_gone(uri: str) -> bool:
-    """True only when the file is certainly gone (``FileNotFoundError``). A permission error, an
-    I/O error, a symlink loop or anything else that stops ``lstat`` keeps the document."""
+    """True only when the file is certainly gone: ``FileNotFoundError``, or
+    ``NotADirectoryError`` (a folder on its path is a file now, so no file can be there). A
+    permission error, an I/O error, a symlink loop or anything else that stops ``lstat`` keeps
+    the document."""
     try:
         os.lstat(uri)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return True
     except OSError as exc:
         log.warning("not pruned (cannot tell whether it still exists): %s: %s", uri, exc)
         return False
     return False
+
+
+def folder_now_a_file(path: str) -> str | None:
+    """The folder on ``path``'s way that is no folder any more (a file, a link to a file, or
+    anything else that is not a directory), or None."""
+    parent = Path(path).parent
+    while parent != parent.parent:
+        try:
+            mode = os.stat(parent).st_mode
+        except OSError:
+            parent = parent.parent
+            continue
+        return None if stat.S_ISDIR(mode) else str(parent)
+    return None
+
+
+def replaced_folders_note(paths: Iterable[str], verb: str) -> list[str]:
+    """One note per folder that became a file, naming it and the documents ``verb`` (pruned,
+    removed) under it: what used to pass in silence."""
+    found: dict[str, int] = {}
+    for path in paths:
+        folder = folder_now_a_file(path)
+        if folder is not None:
+            found[folder] = found.get(folder, 0) + 1
+    return [
+        f"{folder} is no longer a folder (a file is there now): the {count} document(s) stored "
+        f"under it were {verb}"
+        for folder, count in sorted(found.items())
+    ]
 
 
 def _under(uri: str, folder: Path) -> bool:
@@ -425,6 +457,7 @@ def prune_missing(
     names = names or SourceNames()
     present = {names.uri(f) for f in scan.files}
     doomed: list[str] = []
+    gone_paths: list[str] = []
     total = 0
     for root in scan.roots:
         rows = conn.execute(
@@ -438,8 +471,12 @@ def prune_missing(
             path = str(names.path(uri))
             if any(_under(path, folder) for folder in scan.unreadable):
                 continue
-            if _is_gone(path):
+            # a link leaving the folder now stands where the file (or folder) was: no file of
+            # the folder is there any more (and what the link leads to is never read)
+            outside = any(path == str(p) or _under(path, p) for p in scan.outside)
+            if outside or _is_gone(path):
                 doomed.append(uri)
+                gone_paths.append(path)
     conn.commit()
     if not doomed:
         return 0
@@ -450,9 +487,11 @@ def prune_missing(
             f"given folders (more than prune_max_fraction = {max_fraction:g}); check that the "
             "folder is mounted and complete, then run again with --force to delete them",
         )
+        report.notes.extend(replaced_folders_note(gone_paths, "kept (prune refused)"))
         return 0
     with conn.transaction():
         conn.execute(queries.DELETE_DOCUMENTS, (doomed, collection))
     for uri in doomed:
         log.info("pruned: %s", uri)
+    report.notes.extend(replaced_folders_note(gone_paths, "pruned"))
     return len(doomed)

@@ -245,20 +245,21 @@ def test_files_deleted_or_changed_during_the_run(
         if event == "scanned":
             (root / "b.md").unlink()
 
-    real_stat = os.stat
+    real_fstat = os.fstat
+    identity = (growing.stat().st_dev, growing.stat().st_ino)
     calls: dict[str, int] = {}
 
-    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
-        result = real_stat(path, *args, **kwargs)
-        if Path(path) == growing:
+    def fstat(fd: int) -> os.stat_result:
+        result = real_fstat(fd)
+        if (result.st_dev, result.st_ino) == identity:
             calls["c"] = calls.get("c", 0) + 1
-            if calls["c"] >= 2:  # the file grew while it was being read (every look after the scan)
+            if calls["c"] >= 2:  # the file grew while it was being read (the look after the read)
                 values = list(result)
                 values[6] += 10  # st_size
                 return os.stat_result(values)
         return result
 
-    monkeypatch.setattr("loader.ingest.sources.os.stat", stat)
+    monkeypatch.setattr("loader.ingest.sources.os.fstat", fstat)
     report = ingest_paths(_settings(db_url, tmp_path, fake_openai), [root], progress=delete_b)
     reasons = {Path(f["source"]).name: f["reason"] for f in report.failed}
     assert reasons["b.md"].startswith("deleted during the run")

@@ -255,3 +255,72 @@ def test_watch_refuses_what_it_cannot_follow(tmp_path: Path, cli_env: dict[str, 
 
     result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "nowhere"), "--watch"], env=cli_env)
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_a_folder_replaced_by_a_file_is_removed_and_said(
+    watch: Callable[..., Watch], tmp_path: Path, db_url: str
+) -> None:
+    """A folder moved away and a file made at its name: the watcher judged the name by the disk
+    (a file of no known type: nothing) and its documents stayed forever, unreported."""
+    docs = tmp_path / "docs"
+    for name in ("a", "b", "c"):
+        (docs / f"{name}.md").write_text(f"# {name}\n\nThe text of {name}.\n")
+    (docs / "sub").mkdir()
+    (docs / "sub" / "x.md").write_text("# X\n\nThe text of x, under sub.\n")
+    watcher = watch("--prune")
+    assert watcher.next_report(timeout=300)["event"] == "initial"
+    uri = str((docs / "sub" / "x.md").resolve())
+    assert uri in documents(db_url)
+    os.rename(docs / "sub", tmp_path / "sub-away")
+    (docs / "sub").write_text("a file where the folder was\n")
+    until(lambda: uri not in documents(db_url), "the documents under the old folder removed")
+    notes: list[str] = []
+    until(
+        lambda: bool(notes.extend(n for r in watcher.drain() for n in r.get("notes", [])) or notes),
+        "the folder turned into a file said",
+        timeout=10,
+    )
+    assert any(f"{docs / 'sub'} is no longer a folder" in n for n in notes), notes
+    assert len(documents(db_url)) == 3
+
+
+def test_a_watched_folder_that_goes_is_said_and_watched_again_when_back(
+    watch: Callable[..., Watch], tmp_path: Path, db_url: str
+) -> None:
+    """The watched folder itself moved away: the watcher went on silently (exit code 0 per
+    batch), following the old folder wherever it went and never the new one at its path."""
+    docs = tmp_path / "docs"
+    (docs / "a.md").write_text("# A\n\nThe text of a.\n")
+    (docs / "b.md").write_text("# B\n\nThe text of b.\n")
+    watcher = watch("--prune")
+    assert watcher.next_report(timeout=300)["event"] == "initial"
+    os.rename(docs, tmp_path / "docs-away")
+    events: list[dict[str, Any]] = []
+
+    def said() -> bool:
+        events.extend(watcher.drain())
+        return any(e["event"] == "error" and e.get("folder") == str(docs) for e in events)
+
+    until(said, "the folder's going reported", timeout=30)
+    lost = next(e for e in events if e.get("folder") == str(docs))
+    assert lost["exit_code"] == 2 and "is gone" in lost["error"], lost
+    assert any("is gone" in line for line in watcher.stderr), watcher.stderr
+    assert watcher.process.poll() is None  # still running, waiting for the folder
+    (tmp_path / "docs-away" / "a.md").write_text("# A\n\nChanged away from the watch.\n")
+    time.sleep(1.5)
+    assert len(documents(db_url)) == 2  # kept while it is gone, and the old folder not followed
+    assert "Changed away" not in " ".join(documents(db_url).values())
+
+    docs.mkdir()  # a new folder at the same path: watched again, and synced whole
+    (docs / "a.md").write_text("# A\n\nThe text of a, in the new folder.\n")
+    (docs / "c.md").write_text("# C\n\nThe text of c, in the new folder.\n")
+    (docs / "e.md").write_text("# E\n\nThe text of e, in the new folder.\n")
+    names = lambda: {Path(u).name: t for u, t in documents(db_url).items()}  # noqa: E731
+    until(
+        lambda: set(names()) == {"a.md", "c.md", "e.md"} and "new folder" in names()["a.md"],
+        "the new folder ingested whole and b.md, gone, pruned",
+    )
+    (docs / "d.md").write_text("# D\n\nWritten after the folder came back.\n")
+    until(lambda: any(Path(u).name == "d.md" for u in documents(db_url)), "a change seen again")
+    assert any(e["event"] == "resumed" for e in events + watcher.drain())
+    assert "Traceback" not in "".join(watcher.stderr)

@@ -323,3 +323,47 @@ def test_control_sequences_never_reach_the_terminal(
     result = CliRunner().invoke(cli, ["ask", "vacuum text"], env=env)
     assert result.exit_code in (0, 1), result.output
     assert "\x1b" not in result.output and "\x07" not in result.output
+
+
+# --- review 4: a folder replaced by a file ------------------------------------------------------
+
+
+def test_a_folder_replaced_by_a_file_is_pruned_and_said(
+    db_url: str, tmp_path: Path, fake_openai: FakeOpenAI, conn: psycopg.Connection[Any]
+) -> None:
+    """``lstat`` of a document under a folder that became a file fails with ENOTDIR, which
+    prune took for "cannot tell": the documents stayed forever, even with --force, and nothing
+    said so (exit 0)."""
+    import json
+    import shutil
+
+    root = tmp_path / "docs"
+    _corpus(root, ["sub/a.md", "sub/b.md", "c.md", "d.md", "e.md", "more/x.md", "more/y.md"])
+    settings = ingest_settings(db_url, tmp_path, fake_openai)
+    assert ingest_paths(settings, [root]).new == 7
+    shutil.rmtree(root / "sub")
+    (root / "sub").write_text("a file where the folder was\n")
+    runner, env = CliRunner(), settings_env(settings)
+
+    result = runner.invoke(cli, ["ingest", str(root), "--prune", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["pruned"] == 2, data
+    assert any(f"{root / 'sub'} is no longer a folder" in n for n in data["notes"]), data
+    assert set(stored_documents(conn)) == {"c.md", "d.md", "e.md", "x.md", "y.md"}
+
+    # most of what is left under a folder turned into a file: refused without --force, and
+    # the note names the folder; --force removes them
+    shutil.rmtree(root / "more")
+    (root / "more").write_text("another file\n")
+    for name in ("c.md", "d.md"):
+        (root / name).unlink()
+    result = runner.invoke(cli, ["ingest", str(root), "--prune", "--json"], env=env)
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert "would delete 4 of the 5 documents" in data["failed"][0]["reason"], data
+    assert any(f"{root / 'more'} is no longer a folder" in n for n in data["notes"]), data
+    assert len(stored_documents(conn)) == 5
+    result = runner.invoke(cli, ["ingest", str(root), "--prune", "--force", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    assert set(stored_documents(conn)) == {"e.md"}

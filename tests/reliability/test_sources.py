@@ -297,3 +297,100 @@ def test_a_folder_reached_through_an_alias_link_is_no_symlink_loop(tmp_path: Pat
     reasons = {Path(path).name: reason for path, reason in looped.failures}
     assert list(reasons) == ["up"] and reasons["up"].startswith("symlink loop"), reasons
     assert looped.files == scan.files
+
+
+# --- review 4: a link swapped in between the scan and the read ----------------------------------
+
+
+def _texts(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    rows = conn.execute(
+        "SELECT d.source_uri, string_agg(c.content, ' ' ORDER BY c.chunk_index) "
+        "FROM kb.documents d JOIN kb.chunks c ON c.document_id = d.id GROUP BY 1"
+    ).fetchall()
+    conn.rollback()
+    return {Path(uri).name: text for uri, text in rows}
+
+
+def _swap_after_scan(monkeypatch: pytest.MonkeyPatch, root: Path, outside: Path) -> None:
+    """Between the scan and the read (the window a writer in the folder races for), ``a.md``
+    becomes a link to a file outside the folder and the folder ``sub`` a link to a folder
+    outside it: real files, real links, the real scan and read."""
+    from loader.ingest import pipeline
+
+    real_scan = pipeline.scan_paths
+
+    def scan_then_swap(paths: Any) -> Any:
+        scan = real_scan(paths)
+        (root / "a.md").unlink()
+        (root / "a.md").symlink_to(outside / "secret.md")
+        shutil.move(root / "sub", root.parent / "sub-away")
+        (root / "sub").symlink_to(outside / "sub", target_is_directory=True)
+        return scan
+
+    monkeypatch.setattr(pipeline, "scan_paths", scan_then_swap)
+
+
+def _outside(tmp_path: Path) -> Path:
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "secret.md").write_text("# Secret\n\nThe vault code is kiwi-7731.\n")
+    (outside / "sub" / "b.md").write_text("# B\n\nThe root password is plum-22.\n")
+    return outside
+
+
+def test_a_link_swapped_in_after_the_scan_is_not_followed_and_prune_removes_its_name(
+    db_url: str,
+    tmp_path: Path,
+    fake_openai: FakeOpenAI,
+    conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = tmp_path / "docs"
+    _corpus(root, ["a.md", "sub/b.md", "c.md", "d.md"])
+    outside = _outside(tmp_path)
+    settings = ingest_settings(db_url, tmp_path, fake_openai)
+    assert ingest_paths(settings, [root]).new == 4
+    for name in ("a.md", "sub/b.md"):  # changed, so the swapped run reads them again
+        (root / name).write_text(f"# {name}\n\nA second version of {name}.\n")
+    _swap_after_scan(monkeypatch, root, outside)
+
+    report = ingest_paths(settings, [root])
+
+    texts = _texts(conn)
+    assert not any("kiwi-7731" in t or "plum-22" in t for t in texts.values()), texts
+    reasons = {Path(f["source"]).name: f["reason"] for f in report.failed}
+    assert set(reasons) == {"a.md", "b.md"}, reasons
+    assert "symbolic link" in reasons["a.md"] and "not followed" in reasons["a.md"]
+    assert "replaced by another file" in reasons["b.md"], reasons
+    assert "The text of a about vacuum" in texts["a.md"]  # the stored version is kept
+    assert report.exit_code == 1
+
+    # the next --prune run: the links stand where a file and a folder of the folder were, so
+    # what was stored under those names goes (before: kept forever, as lstat found the link)
+    monkeypatch.undo()
+    pruned = ingest_paths(settings, [root], prune=True)
+    assert pruned.pruned == 2, pruned.to_dict()
+    assert set(_texts(conn)) == {"c.md", "d.md"}
+
+
+def test_the_watcher_reads_no_link_swapped_in_after_its_scan(
+    db_url: str,
+    tmp_path: Path,
+    fake_openai: FakeOpenAI,
+    conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--watch`` ingests each batch's paths through the same scan and read."""
+    from loader.ingest.watch import Batch, Watcher
+
+    root = tmp_path / "docs"
+    _corpus(root, ["a.md", "sub/b.md", "c.md"])
+    outside = _outside(tmp_path)
+    settings = ingest_settings(db_url, tmp_path, fake_openai)
+    _swap_after_scan(monkeypatch, root, outside)
+    watcher = Watcher(settings, [root])
+    data = watcher.handle(Batch(present={root / "a.md", root / "sub", root / "c.md"}))
+    texts = _texts(conn)
+    assert not any("kiwi-7731" in t or "plum-22" in t for t in texts.values()), texts
+    assert set(texts) == {"c.md"}, texts
+    assert {Path(f["source"]).name for f in data["failed"]} == {"a.md", "b.md"}, data

@@ -42,6 +42,10 @@ LAZY = {
     "httpx": "the HTTP client (h11, certificates): only when a page is fetched, a server called "
     "or the default model fetched where pip is missing (the query path loads none)",
     "trafilatura": "its date and URL libraries take a second; only when a web page is ingested",
+    "lxml": "the HTML parser (a large C extension): only when a web page is parsed",
+    "charset_normalizer": "charset detection, only for a web page that names no charset and "
+    "is not UTF-8",
+    "zstandard": "optional: zstd bodies are decoded only when the package is installed",
     "watchfiles": "the file watcher's Rust extension and anyio: only for pgkb ingest --watch",
     "prometheus_client": "only where a server keeps metrics (pgkb serve, pgkb mcp --http): "
     "pgkb mcp over stdio starts without it",
