@@ -30,6 +30,8 @@ from loader.app.checks import (
     MAX_SEARCH_LIMIT,
     MIN_READ_TOKENS,
     BadRequest,
+    Forbidden,
+    NotFound,
     surrogate_path,
 )
 from loader.app.core import KnowledgeBase
@@ -37,11 +39,14 @@ from loader.app.requests import (
     AskRequest,
     DocumentsRequest,
     GraphRequest,
+    JobsRequest,
     NeighboursRequest,
     ReadRequest,
+    RemoveRequest,
     Scope,
     SearchOptions,
     SearchRequest,
+    SubmitRequest,
 )
 from loader.app.results import (
     Answer,
@@ -53,6 +58,7 @@ from loader.app.results import (
     SearchHit,
     SearchResult,
 )
+from loader.db.queries import JobState
 from loader.graph.relations import RELATION_TYPES
 from loader.search import MODES
 from loader.settings import Settings, load_settings
@@ -74,18 +80,24 @@ __all__ = [
     "Catalogue",
     "DocumentRead",
     "DocumentsRequest",
+    "Forbidden",
     "GraphRequest",
     "GraphResult",
+    "JobState",
+    "JobsRequest",
     "KnowledgeBase",
     "Neighbour",
     "Neighbours",
     "NeighboursRequest",
+    "NotFound",
     "ReadRequest",
+    "RemoveRequest",
     "Scope",
     "SearchHit",
     "SearchOptions",
     "SearchRequest",
     "SearchResult",
+    "SubmitRequest",
     "ask_agent",
     "surrogate_path",
 ]

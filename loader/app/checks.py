@@ -35,6 +35,14 @@ class BadRequest(PgkbError):
     """An argument the caller can fix (HTTP 400, an MCP tool error)."""
 
 
+class Forbidden(PgkbError):
+    """The caller's role may not do this (HTTP 403): write into a collection it was not granted."""
+
+
+class NotFound(BadRequest):
+    """What the call names does not exist (HTTP 404): a document, a job."""
+
+
 def bounded_int(name: str, value: int | None, low: int, high: int, default: int) -> int:
     """``value`` (``default`` when None), an integer from ``low`` to ``high``."""
     if value is None:

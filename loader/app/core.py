@@ -28,22 +28,26 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, dict_row
+from psycopg.types.json import Jsonb
 
 from loader.answer.agent import run_agent
 from loader.answer.reading import Refusal, document_infos, read_document
 from loader.answer.result import Answer
 from loader.answer.single import answer_question
 from loader.answer.tools import Toolbox, ToolRefusal
-from loader.app.checks import BadRequest, call_collections
+from loader.app.checks import BadRequest, Forbidden, NotFound, call_collections
 from loader.app.requests import (
     AskRequest,
     DocumentsRequest,
     GraphRequest,
+    JobsRequest,
     NeighboursRequest,
     ReadRequest,
+    RemoveRequest,
     Scope,
     SearchRequest,
+    SubmitRequest,
 )
 from loader.app.results import (
     Catalogue,
@@ -54,8 +58,9 @@ from loader.app.results import (
     SearchResult,
 )
 from loader.db import queries
-from loader.db.session import reader_connection
-from loader.errors import ModelMismatchError, PgkbError
+from loader.db.queries import JobState
+from loader.db.session import connection, reader_connection
+from loader.errors import ModelMismatchError, PgkbError, SqlState, database_error
 from loader.filters import SearchFilters
 from loader.graph.catalogue import (
     AmbiguousDocument,
@@ -76,9 +81,26 @@ Connections = Callable[[Sequence[str]], AbstractContextManager[psycopg.Connectio
 """``connections(collections)``: a read-only connection kept to ``collections`` (within the
 served ones; empty: all of them) for one call."""
 
+WriteConnections = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
+"""``write_connections()``: a connection to the primary as the role whose writing grants apply
+(the submit functions check them against its login role), in autocommit: each call's statement
+is its own transaction."""
+
 
 class QueryEmbedder(Protocol):
     def embed_query(self, text: str) -> Sequence[float]: ...
+
+
+def direct_write_connections(settings: Settings) -> WriteConnections:
+    """A connection of its own to the primary for each write."""
+
+    @contextmanager
+    def connect() -> Iterator[psycopg.Connection[Any]]:
+        with connection(settings) as conn:
+            conn.autocommit = True
+            yield conn
+
+    return connect
 
 
 def direct_connections(settings: Settings) -> Connections:
@@ -117,6 +139,7 @@ class KnowledgeBase:
         embedder: QueryEmbedder | None = None,
         chat: ChatClient | None = None,
         connections: Connections | None = None,
+        write_connections: WriteConnections | None = None,
         category: str | None = None,
     ) -> None:
         self.settings = settings
@@ -128,6 +151,7 @@ class KnowledgeBase:
             self.agent_settings = settings.replace(chat_model=settings.agent_model)
             self.agent_chat = ChatClient.from_settings(self.agent_settings)
         self.connections = connections or direct_connections(settings)
+        self.write_connections = write_connections or direct_write_connections(settings)
         self.category = category.strip() if category and category.strip() else None
         self.schema_revision: str | None = None
         """The schema's revision, when a server checked it at start."""
@@ -368,6 +392,74 @@ class KnowledgeBase:
             for row in rows[: request.limit]
         )  # fmt: skip
         return Catalogue(documents, truncated=len(rows) > request.limit)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def submit(self, request: SubmitRequest) -> JobState:
+        """Add or replace a document (kb.submit_document or kb.submit_file): pending until a
+        worker processes it; the same document submitted again is the same job."""
+        if self.category is not None and request.category not in (None, self.category):
+            raise BadRequest(f"this server is scoped to category {self.category!r}")
+        params: dict[str, Any] = {
+            "source_uri": request.source_uri, "title": request.title,
+            "metadata": Jsonb(dict(request.metadata)),
+            "category": request.category or self.category, "collection": request.collection,
+        }  # fmt: skip
+        if request.data is not None:
+            statement = queries.SUBMIT_FILE
+            params.update(data=bytes(request.data), mime_type=request.mime_type)
+        else:
+            statement = queries.SUBMIT_DOCUMENT
+            params.update(content=request.content)
+        return self._write(statement, params)
+
+    def remove(self, request: RemoveRequest) -> JobState:
+        """Remove a document (kb.remove_document): pending until a worker does it."""
+        params: dict[str, Any] = {
+            "source_uri": request.source_uri,
+            "collection": request.collection,
+        }
+        return self._write(queries.REMOVE_DOCUMENT, params)
+
+    def _write(self, statement: str, params: dict[str, Any]) -> JobState:
+        try:
+            with self.write_connections() as conn:
+                row = conn.execute(statement, params).fetchone()
+                assert row is not None
+                job = self._job(conn, str(row[0]))
+        except psycopg.Error as exc:
+            error = database_error(exc)
+            if error is None:
+                raise
+            kind: type[PgkbError] = BadRequest
+            if error.sqlstate == SqlState.COLLECTION_NOT_WRITABLE:
+                kind = Forbidden
+            elif error.sqlstate == SqlState.NOT_FOUND:
+                kind = NotFound
+            refused = kind(error.message, hint=error.hint)
+            refused.sqlstate = error.sqlstate
+            raise refused from None
+        return job
+
+    def _job(self, conn: psycopg.Connection[Any], job_id: str) -> JobState:
+        with conn.cursor(row_factory=class_row(JobState)) as cur:
+            row = cur.execute(
+                queries.DOCUMENT_JOBS, {"state": None, "limit": 1, "job_id": job_id}
+            ).fetchone()
+        if row is None:
+            raise NotFound(f"no submitted document {job_id}", hint="GET /v1/documents lists them")
+        return row
+
+    def jobs(self, request: JobsRequest) -> tuple[JobState, ...]:
+        """The submitted documents the caller may read, newest first (kb.document_jobs)."""
+        with self.connection() as conn, conn.cursor(row_factory=class_row(JobState)) as cur:
+            rows = cur.execute(
+                queries.DOCUMENT_JOBS,
+                {"state": request.state, "limit": request.limit, "job_id": request.job_id},
+            ).fetchall()
+        if request.job_id is not None and not rows:
+            raise NotFound(f"no submitted document {request.job_id}")
+        return tuple(rows)
 
     def collections(self) -> list[str]:
         """The collections served (``--collection``) that the role may read, by name."""

@@ -36,7 +36,7 @@ from loader.app.checks import (
     text_argument,
 )
 from loader.errors import ConfigError
-from loader.filters import SearchFilters
+from loader.filters import SearchFilters, check_collection
 from loader.search import MODES, Mode
 
 MAX_DOCUMENT_IDS = 100
@@ -376,4 +376,89 @@ def document_uuid(value: str) -> uuid.UUID:
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise BadRequest(f"document id {value!r} is not a UUID") from None
+        raise BadRequest(f"id {value!r} is not a UUID") from None
+
+
+MAX_SUBMIT_BYTES = 100 * 1024 * 1024
+"""The largest document a call may submit (kb.enqueue_document's limit, too)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmitRequest:
+    """Add or replace the document ``source_uri`` of ``collection``: its text ``content``
+    (Markdown or plain text), or a file's bytes ``data`` of type ``mime_type``; ``title`` (None:
+    its own), ``metadata`` (a JSON object), ``category``."""
+
+    source_uri: str
+    content: str | None = None
+    data: bytes | None = None
+    mime_type: str | None = None
+    title: str | None = None
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    category: str | None = None
+    collection: str = "default"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "source_uri", text_argument("source_uri", self.source_uri, 2000))
+        if (self.content is None) == (self.data is None):
+            raise BadRequest(
+                "give the document's text (content) or a file's bytes (data), not both"
+            )
+        if self.content is not None:
+            object.__setattr__(
+                self, "content", text_argument("content", self.content, MAX_SUBMIT_BYTES)
+            )
+        if self.data is not None:
+            if not isinstance(self.data, bytes | bytearray) or not self.data:
+                raise BadRequest("data must be the file's bytes, not empty")
+            if len(self.data) > MAX_SUBMIT_BYTES:
+                raise BadRequest(f"the file is {len(self.data)} bytes; at most {MAX_SUBMIT_BYTES}")
+            object.__setattr__(self, "mime_type", text_argument("mime_type", self.mime_type, 200))
+        if self.title is not None:
+            object.__setattr__(self, "title", _optional_text("title", self.title, 1000))
+        if not isinstance(self.metadata, Mapping):
+            raise BadRequest('metadata must be a JSON object, e.g. {"team": "hr"}')
+        object.__setattr__(self, "metadata", dict(self.metadata))
+        if self.category is not None:
+            object.__setattr__(self, "category", _optional_text("category", self.category, 200))
+        object.__setattr__(self, "collection", _collection(self.collection))
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoveRequest:
+    """Remove the document ``source_uri`` of ``collection``."""
+
+    source_uri: str
+    collection: str = "default"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "source_uri", text_argument("source_uri", self.source_uri, 2000))
+        object.__setattr__(self, "collection", _collection(self.collection))
+
+
+JOB_STATES = ("pending", "processing", "ready", "failed")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobsRequest:
+    """The submitted documents (newest first): only those in ``state`` when given, at most
+    ``limit`` (1 to 1,000), or the one job ``job_id``."""
+
+    state: str | None = None
+    limit: int = 100
+    job_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.state is not None and self.state not in JOB_STATES:
+            raise BadRequest(f"state must be one of {', '.join(JOB_STATES)}, got {self.state!r}")
+        bounded_int("limit", self.limit, 1, MAX_LIST_LIMIT, 0)
+        if self.job_id is not None:
+            object.__setattr__(self, "job_id", str(document_uuid(str(self.job_id))))
+
+
+def _collection(value: Any) -> str:
+    name = "default" if value is None else value
+    try:
+        return check_collection(name, where="collection")
+    except ConfigError as exc:
+        raise BadRequest(exc.message) from None

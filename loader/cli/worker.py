@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+
 import click
 
 from loader.cli.base import App, emit_json
@@ -26,9 +29,6 @@ def worker(app: App, once: bool, as_json: bool) -> None:
     its reason (pgkb docs list --state failed). Stops on Ctrl-C or SIGTERM after the job at hand.
     Exit code 0, or 1 when a job failed (with --once).
     """
-    import signal
-    import threading
-
     from loader.ingest.jobs import Worker
 
     stop = threading.Event()

@@ -309,3 +309,23 @@ def test_a_worker_killed_mid_job_loses_nothing(
     done = _job(db_url, job[0])
     assert done["state"] == "ready" and done["attempts"] >= 2, (done, report)
     assert _keyword(db_url, "trains") == ["k.md"]
+
+
+def test_the_core_submits_as_the_callers_role_and_words_a_refusal(
+    roles: dict[str, str], worker_settings: Settings
+) -> None:
+    from loader.app import Forbidden, JobsRequest, KnowledgeBase, RemoveRequest, SubmitRequest
+
+    writer = KnowledgeBase(worker_settings.replace(database_url=roles["writer"]))
+    job = writer.submit(SubmitRequest("notes/a.md", content=POLICY, collection="hr"))
+    assert job.state == "pending" and job.collection == "hr"
+    again = writer.submit(SubmitRequest("notes/a.md", content=POLICY, collection="hr"))
+    assert again.id == job.id
+    with pytest.raises(Forbidden, match="may not write into collection 'eng'"):
+        writer.submit(SubmitRequest("notes/b.md", content=POLICY, collection="eng"))
+    reader = KnowledgeBase(worker_settings.replace(database_url=roles["reader"]))
+    with pytest.raises(Forbidden):
+        reader.remove(RemoveRequest("notes/a.md", collection="hr"))
+    Worker(worker_settings).run(once=True)
+    (ready,) = reader.jobs(JobsRequest(job_id=str(job.id)))
+    assert ready.state == "ready" and ready.chunks >= 1
