@@ -55,6 +55,9 @@ class PgkbRetriever(BaseRetriever):
     settings: Any = Field(default=None, repr=False)
     """A :class:`loader.settings.Settings` to start from (default: pgkb's configuration)."""
     mode: Literal["hybrid", "vector", "keyword"] = "hybrid"
+    k: int | None = None
+    """How many documents to return, LangChain's name (1 to 50; wins over ``limit``; None: the
+    ``match_count`` setting). ``invoke(query, k=3)`` asks for 3 in one call."""
     limit: int | None = None
     category: str | None = None
     source: str | None = None
@@ -66,10 +69,10 @@ class PgkbRetriever(BaseRetriever):
 
     _backend: Backend | None = PrivateAttr(default=None)
 
-    def _options(self) -> SearchOptions:
+    def _options(self, k: int | None = None) -> SearchOptions:
         return search_options(
             mode=self.mode,
-            limit=self.limit,
+            limit=k if k is not None else self.k if self.k is not None else self.limit,
             category=self.category,
             source=self.source,
             metadata=self.metadata_filter,
@@ -94,11 +97,15 @@ class PgkbRetriever(BaseRetriever):
         return [Document(page_content=str(h["content"]), metadata=hit_metadata(h)) for h in hits]
 
     def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
-        return self._documents(self._get_backend().search(query, self._options()))
+        return self._documents(self._get_backend().search(query, self._options(k)))
 
     async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+        self,
+        query: str,
+        *,
+        run_manager: AsyncCallbackManagerForRetrieverRun,
+        k: int | None = None,
     ) -> list[Document]:
-        return self._documents(await self._get_backend().asearch(query, self._options()))
+        return self._documents(await self._get_backend().asearch(query, self._options(k)))

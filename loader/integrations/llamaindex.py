@@ -47,7 +47,8 @@ class PgkbRetriever(BaseRetriever):
     Where it searches: ``serve_url`` (a running ``pgkb serve``, with ``token``), else
     ``database_url`` (the query embedded in this process with the knowledge base's model), else
     pgkb's configuration (``PGKB_DATABASE_URL``, ``pgkb.toml``, or the embedded server). The
-    other arguments are ``pgkb search``'s: ``mode``, ``limit``, ``category``, ``source`` (a LIKE
+    other arguments are ``pgkb search``'s: ``mode``, ``limit`` (or LlamaIndex's name for it,
+    ``similarity_top_k``), ``category``, ``source`` (a LIKE
     pattern on source_uri), ``metadata`` (documents whose metadata contains it),
     ``collections``, ``min_similarity``, ``document_ids`` and ``rerank`` (None: when a reranker
     is configured).
@@ -62,6 +63,7 @@ class PgkbRetriever(BaseRetriever):
         settings: Settings | None = None,
         mode: str = "hybrid",
         limit: int | None = None,
+        similarity_top_k: int | None = None,
         category: str | None = None,
         source: str | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -74,7 +76,7 @@ class PgkbRetriever(BaseRetriever):
     ) -> None:
         self.options: SearchOptions = search_options(
             mode=mode,
-            limit=limit,
+            limit=similarity_top_k if similarity_top_k is not None else limit,
             category=category,
             source=source,
             metadata=metadata,

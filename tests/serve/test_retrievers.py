@@ -194,3 +194,21 @@ def test_the_guide_examples_run_as_written(serve_kb: ServeKb, tmp_path: Path) ->
         lines = result.stdout.splitlines()
         assert lines[0].startswith("CREATE INDEX engineering/createindex.md"), result.stdout
         assert "VACUUM" in result.stdout
+
+
+def test_the_frameworks_conventions_for_how_many(serve_kb: ServeKb) -> None:  # noqa: F811
+    """LangChain's ``k`` (in the constructor and per call: ``invoke(query, k=1)``, what
+    langchain-tests' RetrieversIntegrationTests checks) and LlamaIndex's ``similarity_top_k``."""
+    from loader.integrations.langchain import PgkbRetriever
+    from loader.integrations.llamaindex import PgkbRetriever as LlamaRetriever
+
+    place = {"database_url": serve_kb.reader_url, "settings": serve_kb.as_reader()}
+    assert len(PgkbRetriever(**place, k=3).invoke(FURNITURE)) == 3
+    assert len(PgkbRetriever(**place, k=1).invoke(FURNITURE)) == 1
+    retriever = PgkbRetriever(**place)
+    assert len(retriever.invoke(FURNITURE, k=1)) == 1
+    assert len(retriever.invoke(FURNITURE, k=3)) == 3
+    assert len(asyncio.run(retriever.ainvoke(FURNITURE, k=2))) == 2
+    assert len(LlamaRetriever(**place, similarity_top_k=2).retrieve(FURNITURE)) == 2
+    with pytest.raises(ConfigError, match="limit must be from 1 to 50"):
+        retriever.invoke(FURNITURE, k=500)
