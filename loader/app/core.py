@@ -462,10 +462,18 @@ class KnowledgeBase:
         return tuple(rows)
 
     def collections(self) -> list[str]:
-        """The collections served (``--collection``) that the role may read, by name."""
+        """The collections served (``--collection``) that the role may read, by name; on a
+        server of one category, only those holding documents of it."""
         with self.connection() as conn:
             rows = conn.execute(queries.COLLECTION_LIST).fetchall()
-        names = [str(row[0]) for row in rows]
+            names = [str(row[0]) for row in rows]
+            if self.category is not None:
+                row = conn.execute(
+                    queries.WEB_STATS, {"filters": json.dumps({"category": self.category})}
+                ).fetchone()
+                held = {c["collection"] for c in ((row[0] if row else None) or {}).get(
+                    "collections") or []}  # fmt: skip
+                names = [n for n in names if n in held]
         served = self.settings.collection_names()
         return [n for n in names if not served or n in served]
 

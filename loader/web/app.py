@@ -25,6 +25,7 @@ no inline script. A page's address is checked by :mod:`loader.web.params`, its r
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -504,6 +505,17 @@ class WebUI:
             runs = reads.ingest_activity(conn, 10)
         if served:  # a role that reads more (the owner) serving some: the others are not shown
             collections = [c for c in collections if c["name"] in served]
+        if self.service.category is not None:
+            # a server of one category shows that category's counts and no run's paths or
+            # failures: they name the files of every category
+            counts = {c["collection"]: c for c in stats.get("collections") or []}
+            collections = [
+                {**c, "documents": counts[c["name"]]["documents"],
+                 "chunks": counts[c["name"]]["chunks"]}
+                for c in collections
+                if c["name"] in counts
+            ]  # fmt: skip
+            runs = [dataclasses.replace(r, paths=[], failures=[]) for r in runs]
         doctor = self.doctor.checks(recheck)
         return "status.html", {
             "section": "status",
