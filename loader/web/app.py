@@ -573,6 +573,7 @@ class WebUI:
         session = request.cookies.get(auth.SESSION_COOKIE)
         if not self.sessions.csrf_matches(session, str(form.get("csrf") or "")):
             raise PageError(403, "Refused", "the sign-out form did not come from this page")
+        self.sessions.revoke(session)  # the cookie's copies open nothing any more
         response = RedirectResponse("/signin", 303)
         response.delete_cookie(auth.SESSION_COOKIE, path="/", httponly=True, samesite="strict")
         return response

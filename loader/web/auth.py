@@ -6,8 +6,10 @@ request; a browser cannot send one, so the web interface asks for it once in a f
 ``SameSite=Strict`` (no other site's page makes the browser send it), ``Secure`` when the
 request came over HTTPS, valid for :data:`SESSION_SECONDS`. The token itself is never put in a
 URL, a page or a cookie: the cookie holds an expiry, a random nonce and an HMAC of both under a
-key derived from the token, so changing the token signs every browser out, and a restart does
-not.
+key derived from the token and a random value the server draws when it starts, so changing the
+token or restarting the server signs every browser out. Signing out ends the session on the
+server: its nonce is kept as revoked until the cookie would have expired, so a copy of the
+cookie (kept by a browser extension, a proxy's log, a shared machine) opens nothing afterwards.
 
 Forms that change state (sign in, sign out) carry a CSRF token besides the ``SameSite`` cookie:
 sign-in's is a random value also set as a ``SameSite=Strict`` cookie when the form is served
@@ -40,8 +42,13 @@ class Sessions:
 
     def __init__(self, token: str, *, lifetime: int = SESSION_SECONDS) -> None:
         self._token = token.encode()
-        self._key = hmac.new(self._token, b"pgkb web session v1", hashlib.sha256).digest()
+        # this process's own key: a revoked session stays revoked across a restart, since no
+        # cookie of the previous process is valid any more (the revocations live in memory)
+        started = secrets.token_bytes(16)
+        self._key = hmac.new(self._token, b"pgkb web session v2" + started, hashlib.sha256).digest()
         self.lifetime = lifetime
+        self._revoked: dict[str, int] = {}
+        """Nonces of sessions signed out, with their expiry (dropped once expired)."""
 
     def token_matches(self, given: str) -> bool:
         """Whether ``given`` is the serve token (constant time)."""
@@ -63,8 +70,21 @@ class Sessions:
         body, _, signature = value.rpartition(".")
         if not hmac.compare_digest(signature.encode(), self._sign(body).encode()):
             return False
-        expiry = body.split(".", 1)[0]
+        expiry, _, nonce = body.partition(".")
+        if nonce in self._revoked:
+            return False
         return expiry.isdigit() and int(expiry) > (now if now is not None else time.time())
+
+    def revoke(self, value: str | None, now: float | None = None) -> None:
+        """End the session ``value`` (sign-out): it is never valid again on this server."""
+        if not self.valid(value, now):
+            return
+        assert value is not None
+        expiry, nonce, _ = value.split(".")
+        moment = now if now is not None else time.time()
+        for old in [n for n, until in self._revoked.items() if until <= moment]:
+            del self._revoked[old]  # expired anyway: the signature check refuses it
+        self._revoked[nonce] = int(expiry)
 
     def csrf_for(self, session: str) -> str:
         """The sign-out form's CSRF token: bound to the session, so no other page can make one."""
