@@ -16,6 +16,12 @@ sign-in's is a random value also set as a ``SameSite=Strict`` cookie when the fo
 (double submit: a page of another site can neither read the cookie nor make the browser send
 it), sign-out's is an HMAC of the session cookie. Both are compared in constant time, and a
 POST whose ``Origin`` (or ``Sec-Fetch-Site``) says it came from another site is refused first.
+
+The addresses that cost or act (:data:`COSTLY`: ``/ask?q=``, ``/ask/stream``, ``/search?q=``,
+``/status?recheck=1``) are refused with a 403 page when the request says it came from another
+site (:func:`cross_site`), signed in or not: without a token a page of any site could otherwise
+make its visitors' browsers call the chat model or run the checks. The page says what was
+refused and links to the same address, which runs once followed from this server's own page.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import hashlib
 import hmac
 import secrets
 import time
+import urllib.parse
 from collections.abc import Mapping
 
 SESSION_COOKIE = "pgkb_session"
@@ -109,17 +116,46 @@ def same_values(cookie: str | None, field: str | None) -> bool:
 
 
 def cross_site(headers: Mapping[str, str], host: str) -> bool:
-    """Whether a state-changing request says it came from another site: ``Sec-Fetch-Site`` of
-    ``cross-site``/``same-site``, or an ``Origin`` whose host is not ``host``. Browsers send
-    at least one of them on every form POST; a request with neither (a script, curl) is judged
-    by the CSRF token alone."""
+    """Whether a request says it came from another site: ``Sec-Fetch-Site`` of
+    ``cross-site``/``same-site`` (another port of the same machine is ``same-site``), else an
+    ``Origin`` or, without one, a ``Referer`` whose host is not ``host``. Browsers send
+    ``Sec-Fetch-Site`` on every request (older ones an ``Origin`` on every form POST and a
+    ``Referer`` unless a page turns it off); a request with none of them (a script, curl) is no
+    browser's and is judged by the token alone."""
     fetch_site = headers.get("sec-fetch-site")
-    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-        return True
+    if fetch_site is not None:
+        return fetch_site not in ("same-origin", "none")
     origin = headers.get("origin")
-    if origin is None:
+    if origin is not None:
+        if origin == "null":
+            return True
+        _, _, rest = origin.partition("://")
+        return rest.rstrip("/").lower() != host.lower()
+    referer = headers.get("referer")
+    if referer is None:
         return False
-    if origin == "null":
-        return True
-    _, _, rest = origin.partition("://")
-    return rest.rstrip("/").lower() != host.lower()
+    return urllib.parse.urlsplit(referer).netloc.lower() != host.lower()
+
+
+COSTLY = {
+    "/ask": ("q", "runs the question through retrieval and the chat model"),
+    "/ask/stream": ("", "runs the question through retrieval and the chat model"),
+    "/search": ("q", "runs a search (the embedding model and the database)"),
+    "/status": ("recheck", "runs the doctor's checks against the database"),
+}
+"""The web interface's addresses that cost (a model call, a search) or act (the doctor's
+checks), by path: the query parameter that makes them do it ("" for always) and what they do.
+Another site's page may link to them, but its visitors' browsers must not run them."""
+
+
+def costly(path: str, params: Mapping[str, str]) -> str | None:
+    """What the address ``path?params`` would do that costs or acts, or None when nothing."""
+    entry = COSTLY.get(path)
+    if entry is None:
+        return None
+    parameter, what = entry
+    if parameter and not params.get(parameter, "").strip():
+        return None
+    if parameter == "recheck" and params.get("recheck") != "1":
+        return None
+    return what

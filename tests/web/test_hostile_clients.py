@@ -5,15 +5,18 @@ attacks ran: the real ``pgkb serve`` (``create_app`` in the configuration it run
 from __future__ import annotations
 
 import contextlib
+import html
 import re
 import socket
 import urllib.parse
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.web.conftest import TOKEN
+from tests.fake_openai import chat_reply
+from tests.web.conftest import TOKEN, WebKb, _serve
 
 pytestmark = pytest.mark.model
 
@@ -126,3 +129,60 @@ def test_sign_out_ends_the_session_on_the_server(web_server: str) -> None:
         stream = replay.get("/ask/stream?q=leave", headers={"Accept": "text/event-stream"})
         assert stream.status_code == 401
         assert other.get("/status").status_code == 200
+
+
+@pytest.fixture(scope="module")
+def open_server(web_kb: WebKb) -> Iterator[str]:
+    """``pgkb serve`` without a token (a machine's own server), with the chat model."""
+    settings = web_kb.reader_settings(
+        chat_base_url=web_kb.fake.base_url,
+        chat_model="fake-chat",
+        chat_api_key="sk-test",
+        chat_max_retries=0,
+        chat_timeout=20.0,
+    )
+    yield from _serve(settings, None)
+
+
+CROSS_SITE = {  # what a browser sends when a page of another site makes it load an address
+    "navigation": {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate",
+                   "Sec-Fetch-Dest": "document", "Referer": "https://evil.example/"},
+    "image": {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors",
+              "Sec-Fetch-Dest": "image", "Referer": "https://evil.example/"},
+    "another port": {"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "no-cors",
+                     "Sec-Fetch-Dest": "image", "Referer": "http://127.0.0.1:3000/"},
+    "fetch": {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors",
+              "Sec-Fetch-Dest": "empty", "Origin": "https://evil.example"},
+    "no fetch metadata": {"Referer": "https://evil.example/page"},
+}  # fmt: skip
+
+
+def test_another_site_cannot_make_a_browser_ask_or_recheck(open_server: str, web_kb: WebKb) -> None:
+    """Without a token, a page of another site made its visitors' browsers run ``GET
+    /ask?q=...`` (a chat-model call each) and ``GET /status?recheck=1`` (the doctor's checks):
+    the JSON API refuses cross-site requests, these pages did not."""
+    fake = web_kb.fake
+    question = "How long is parental leave?"
+    ask = f"/ask?q={urllib.parse.quote(question)}"
+    with httpx.Client(
+        base_url=open_server, follow_redirects=False, timeout=60, headers=BROWSER
+    ) as browser:
+        before = len(fake.requests_to("/v1/chat/completions"))
+        for kind, headers in CROSS_SITE.items():
+            for path in (ask, "/ask/stream?q=leave", "/status?recheck=1", "/search?q=leave"):
+                page = browser.get(path, headers=headers)
+                assert page.status_code == 403, (kind, path, page.status_code)
+                if path == ask:  # a clear page: what was refused, and the way to do it here
+                    assert "another site" in page.text
+                    assert question in page.text and f'href="{html.escape(ask)}"' in page.text
+        assert len(fake.requests_to("/v1/chat/completions")) == before  # the model never ran
+        # this server's own pages, and an address typed or bookmarked, still work
+        for headers in ({"Sec-Fetch-Site": "same-origin", "Referer": open_server + "/ask"},
+                        {"Sec-Fetch-Site": "none"}, {}):  # fmt: skip
+            fake.script("/v1/chat/completions", chat_reply("Sixteen weeks [Parental leave]."))
+            page = browser.get(ask, headers=headers)
+            assert page.status_code == 200 and "Sixteen weeks" in page.text, headers
+            assert browser.get("/status?recheck=1", headers=headers).status_code == 200
+        # a cross-site link to a page that costs nothing still opens it
+        assert browser.get("/", headers=CROSS_SITE["navigation"]).status_code == 200
+        assert browser.get("/ask", headers=CROSS_SITE["navigation"]).status_code == 200
