@@ -148,8 +148,13 @@ class Guard:
         allowed_hosts: tuple[str, ...] = (),
         bound: str = Limits.bound,
         pages: Pages | None = None,
+        streams: frozenset[tuple[str, str]] = frozenset(),
     ) -> None:
+        """``streams``: (method, path) of requests that open a long-lived stream which waits
+        for events and does no work of its own (``GET /mcp``): they take no slot, which they
+        would hold for as long as the client listens."""
         self.app = app
+        self.streams = streams
         self.token = token
         self.pages = pages
         self.max_body = max_body
@@ -207,7 +212,7 @@ class Guard:
         body = await self._read_body(scope, receive, send)
         if body is None:  # answered already (too large, too slow) or the client left
             return
-        if path in UNQUEUED_PATHS:
+        if path in UNQUEUED_PATHS or (scope.get("method"), path) in self.streams:
             await self.app(scope, _replay(body, receive), send)
             return
         if self._is_form_post(scope):
@@ -377,6 +382,46 @@ class Guard:
             {"Connection": "close"},
         )
         return None
+
+
+def guarded(
+    app: ASGIApp,
+    limits: Limits,
+    *,
+    pages: Pages | None = None,
+    streams: frozenset[tuple[str, str]] = frozenset(),
+) -> Guard:
+    """``app`` inside a :class:`Guard` with ``limits`` (``pgkb serve``'s, ``pgkb mcp --http``'s)."""
+    return Guard(
+        app,
+        token=limits.token,
+        max_body=limits.max_body,
+        concurrency=limits.concurrency,
+        queue_timeout=limits.queue_timeout,
+        queue_size=limits.queue_size,
+        body_timeout=limits.body_timeout,
+        allowed_hosts=limits.allowed_hosts,
+        bound=limits.bound,
+        pages=pages,
+        streams=streams,
+    )
+
+
+def serve_forever(app: ASGIApp, limits: Limits, *, port: int, log_level: str = "info") -> None:
+    """Run ``app`` (guarded already) on uvicorn with ``limits``' connection handling
+    (:func:`server_config`) until SIGINT/SIGTERM."""
+    import uvicorn
+
+    config = server_config(
+        app,
+        host=limits.bound,
+        port=port,
+        header_timeout=limits.header_timeout,
+        write_timeout=limits.write_timeout,
+        max_connections=limits.max_connections,
+        log_level=log_level,
+    )
+    uvicorn.Server(config).run()
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
