@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import os
 import re
@@ -323,8 +324,6 @@ its process, however it ends, so a killed tune leaves nothing to clean up."""
 def _one_tune_at_a_time(folder: Path) -> Iterator[None]:
     """Hold the tune lock of ``folder``, or refuse at once: two tunes would train into the
     same checkpoints and remove each other's files."""
-    import fcntl
-
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK
     with path.open("a+", encoding="utf-8") as handle:
