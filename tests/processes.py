@@ -101,8 +101,9 @@ def wait_until(condition: Any, what: str, timeout: float = 60.0, every: float = 
 
 
 class Served:
-    """``pgkb serve ARGS --port 0`` as a process: its address is read from uvicorn's start line
-    (``Uvicorn running on http://HOST:PORT``); stdout and stderr go to files (no pipe fills)."""
+    """``pgkb serve ARGS --port 0`` (or another ``command``: ``mcp`` with ``--http``) as a
+    process: its address is read from uvicorn's start line (``Uvicorn running on
+    http://HOST:PORT``); stdout and stderr go to files (no pipe fills)."""
 
     def __init__(
         self,
@@ -112,12 +113,13 @@ class Served:
         *,
         start_timeout: float = 180,
         wait: bool = True,
+        command: str = "serve",
     ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        self.log = folder / f"serve-{uuid.uuid4().hex[:6]}.log"
+        self.log = folder / f"{command}-{uuid.uuid4().hex[:6]}.log"
         self._out: IO[bytes] = self.log.open("wb")
         self.process = subprocess.Popen(
-            pgkb("serve", *args, "--port", "0"),
+            pgkb(command, *args, "--port", "0"),
             env=dict(env),
             cwd=folder,
             stdout=self._out,

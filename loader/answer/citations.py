@@ -1,5 +1,8 @@
 """Citation checking: a citation is a retrieved title in square brackets; a bracket naming
-anything else is removed and reported; a reply that cites no retrieved title is "I don't know"."""
+anything else is removed and reported; a reply that cites no retrieved title is "I don't know".
+What the reply would make live in a Markdown renderer (images, links that are not http(s), tags
+that load or run) is neutralised (:func:`loader.answer.markdown.neutralise`), and a title is
+written into its citation with its own brackets as parentheses."""
 
 from __future__ import annotations
 
@@ -8,10 +11,11 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
+from loader.answer.markdown import CODE, bracket_safe, neutralise
 from loader.answer.passages import Passage
 from loader.answer.prompt import IDK
 
-_CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.DOTALL)
+_CODE = CODE
 _BRACKET = re.compile(r"(?<![\w\]\[])\[([^\[\]\n]{1,400})\](?!\()")
 _PREFIX = re.compile(r"^(?:sources?|titles?|see|cf\.?|citation)\s*[:\-]?\s*", re.IGNORECASE)
 
@@ -57,7 +61,8 @@ def check_citations(reply: str | None, passages: Sequence[Passage]) -> CheckedRe
     """Keep citations of retrieved titles, remove the rest, and treat uncited replies as IDK.
 
     A citation is ``[Title]`` (several may share one bracket, separated by ``;``); it may also
-    name a passage's ``source_uri``. Brackets inside code (backticks) are left alone.
+    name a passage's ``source_uri``. Brackets inside code (backticks) are left alone. Images,
+    links to anything but http(s) and tags that load or run are neutralised.
     """
     if reply is not None:
         reply = _THINK.sub("", reply).strip()  # reasoning models' scratchpad is no answer
@@ -86,7 +91,7 @@ def check_citations(reply: str | None, passages: Sequence[Passage]) -> CheckedRe
             if title is None:
                 removed.append(part.strip())
                 continue
-            kept.append(f"[{title}]")
+            kept.append(f"[{bracket_safe(title)}]")
             if title not in cited:
                 cited.append(title)
         return " ".join(kept)
@@ -98,7 +103,7 @@ def check_citations(reply: str | None, passages: Sequence[Passage]) -> CheckedRe
         pieces.append(code.group(0))
         position = code.end()
     pieces.append(_BRACKET.sub(replace, reply[position:]))
-    answer = "".join(pieces)
+    answer = neutralise("".join(pieces))
     answer = re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", answer)).strip()
 
     if not cited:

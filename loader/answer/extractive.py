@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from loader.answer.markdown import bracket_safe
 from loader.answer.passages import Passage
 
 _STOP_WORDS = (
@@ -48,7 +49,7 @@ def extractive_answer(question: str, passages: Sequence[Passage], max_passages: 
     """The best passages themselves, each with its title and source, as the answer text."""
     blocks = []
     for passage in passages[:max_passages]:
-        blocks.append(
-            f"[{passage.title}] ({passage.source_uri})\n  {best_excerpt(question, passage.content)}"
-        )
+        title = bracket_safe(passage.title)  # its own "]" would end the bracket
+        excerpt = best_excerpt(question, passage.content)
+        blocks.append(f"[{title}] ({passage.source_uri})\n  {excerpt}")
     return "\n\n".join(blocks)

@@ -8,9 +8,10 @@ passes on only what is settled:
 
 - nothing until the reply cites a retrieved title (before that, it may still become "I don't
   know");
-- then the checked text up to the last whitespace outside an open bracket, inline code span,
-  code block or ``<think>`` block (a bracket is decided by what follows it: ``[x](url)`` is a
-  link, not a citation).
+- then the checked text up to the last whitespace outside an open bracket, link target
+  (``[x](url "title"``), tag (``<img src=...``), inline code span, code block or ``<think>``
+  block (a bracket is decided by what follows it: ``[x](url)`` is a link, not a citation; a
+  link or a tag is neutralised by the check only once whole).
 
 At the end :meth:`CheckedStream.finish` sends the rest of the final checked answer. What was
 sent is always a prefix of the checked answer in practice; if the final check ever disagreed
@@ -31,7 +32,20 @@ CORRECTION = "\n\n---\nChecked answer:\n\n"
 
 def safe_cut(text: str) -> int:
     """The length of the longest prefix of ``text`` that ends at whitespace outside any open
-    bracket, inline code, fenced code or ``<think>`` block (0 when there is none)."""
+    bracket, link target, tag, inline code, fenced code or ``<think>`` block (0 when there is
+    none). Cutting at whitespace can open one again (``[x](url "a title")`` cut inside its
+    title), so the prefix is trimmed until it ends outside all of them."""
+    while True:
+        text = _closed_prefix(text)
+        match = re.search(r"\s(?=\S*\Z)", text)
+        cut = match.start() if match else 0
+        if cut == 0 or _closed_prefix(text[:cut]) == text[:cut]:
+            return cut
+        text = text[:cut]
+
+
+def _closed_prefix(text: str) -> str:
+    """``text`` up to the start of the last construct it leaves open."""
     fences = [m.start() for m in re.finditer(r"```", text)]
     if len(fences) % 2:
         text = text[: fences[-1]]
@@ -46,8 +60,33 @@ def safe_cut(text: str) -> int:
     opened, closed = text.rfind("["), text.rfind("]")
     if opened > closed:
         text = text[:opened]
-    match = re.search(r"\s(?=\S*\Z)", text)
-    return match.start() if match else 0
+    # a link's or an image's target still open: "[text](target" (with a title, it holds
+    # whitespace), decided by the check only once closed
+    target = text.rfind("](")
+    if target >= 0 and _depth(text[target + 1 :]) > 0:
+        text = text[: text.rfind("[", 0, target) if "[" in text[:target] else target]
+        opened, closed = text.rfind("["), text.rfind("]")
+        if opened > closed:
+            text = text[:opened]
+    # a tag still open ("<img src=... "), which the check removes only once it is whole
+    tag = _OPEN_TAG.search(text)
+    if tag is not None:
+        text = text[: tag.start()]
+    return text
+
+
+_OPEN_TAG = re.compile(r"</?[A-Za-z][^<>]*\Z")
+
+
+def _depth(text: str) -> int:
+    """How many parentheses of ``text`` are still open at its end."""
+    depth = 0
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+    return depth
 
 
 class CheckedStream:

@@ -7,6 +7,8 @@ missing grant or a schema behind this pgkb stops them with one ``Error:`` line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 
 from loader.cli.base import App, setting_option
@@ -46,12 +48,52 @@ _host = click.option(
 )
 
 
+_LIMITS = [
+    click.option(
+        "--max-body",
+        type=click.IntRange(1024),
+        default=1_000_000,
+        show_default=True,
+        help="Largest request body in bytes (larger: 413).",
+    ),
+    click.option(
+        "--concurrency",
+        type=click.IntRange(1, 256),
+        default=8,
+        show_default=True,
+        help="Requests handled at once; the others wait in the queue.",
+    ),
+    click.option(
+        "--queue-size",
+        type=click.IntRange(0, 100_000),
+        default=256,
+        show_default=True,
+        help="Requests that may wait for a slot; past it, 503 at once.",
+    ),
+    click.option(
+        "--queue-timeout",
+        type=click.FloatRange(0.1, 600),
+        default=30.0,
+        show_default=True,
+        help="Seconds a request waits in the queue before it gets a 503.",
+    ),
+]
+
+
+def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The request limits ``pgkb serve`` and ``pgkb mcp --http`` share (the guard's)."""
+    for option in reversed(_LIMITS):
+        command = option(command)
+    return command
+
+
 @click.command("mcp")
 @_category
 @_collections
 @click.option("--http", "over_http", is_flag=True, help="Streamable HTTP (at /mcp), not stdio.")
 @_host
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@_limit_options
 @_pool
 @_timeout
 @click.pass_obj
@@ -62,6 +104,10 @@ def mcp(
     over_http: bool,
     host: str,
     port: int,
+    max_body: int,
+    concurrency: int,
+    queue_size: int,
+    queue_timeout: float,
     pool_size: int,
     wait_timeout: float,
 ) -> None:
@@ -70,20 +116,34 @@ def mcp(
     tools) or streamable HTTP (--http, with GET /metrics beside /mcp).
 
     It runs as the role its database URL names: a role given `pgkb db grant ROLE --read` can
-    use every tool."""
+    use every tool.
+
+    Over HTTP it has pgkb serve's limits: the Host header must name this server, a request
+    head must arrive within 10 s and a body (at most --max-body) within 30 s, a client that
+    reads nothing of its answer for 30 s is disconnected, and --concurrency tool calls run at
+    once while --queue-size more wait up to --queue-timeout seconds (then 503)."""
+    from loader.serve.guard import Limits
     from loader.serve.mcp import run
     from loader.serve.service import KnowledgeService
 
+    settings = app.settings(collections=",".join(collections) or None)
     service = KnowledgeService(
-        app.settings(collections=",".join(collections) or None),
+        settings,
         category=category,
         pool_size=pool_size,
         wait_timeout=wait_timeout,
     )
+    limits = Limits(
+        max_body=max_body,
+        concurrency=concurrency,
+        queue_size=queue_size,
+        queue_timeout=queue_timeout,
+        allowed_hosts=settings.allowed_hosts(),
+    )
     with service:
         if over_http:
             click.echo(f"pgkb mcp: streamable HTTP on http://{host}:{port}/mcp", err=True)
-        run(service, http=over_http, host=host, port=port)
+        run(service, http=over_http, host=host, port=port, limits=limits)
 
 
 @click.command("serve")
@@ -96,34 +156,7 @@ def mcp(
     "--token",
     help="Bearer token every request but /healthz must send.",
 )
-@click.option(
-    "--max-body",
-    type=click.IntRange(1024),
-    default=1_000_000,
-    show_default=True,
-    help="Largest request body in bytes (larger: 413).",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, 256),
-    default=8,
-    show_default=True,
-    help="Requests handled at once; the others wait in the queue.",
-)
-@click.option(
-    "--queue-size",
-    type=click.IntRange(0, 100_000),
-    default=256,
-    show_default=True,
-    help="Requests that may wait for a slot; past it, 503 at once.",
-)
-@click.option(
-    "--queue-timeout",
-    type=click.FloatRange(0.1, 600),
-    default=30.0,
-    show_default=True,
-    help="Seconds a request waits in the queue before it gets a 503.",
-)
+@_limit_options
 @setting_option(
     "serve_allowed_hosts",
     "--allowed-host",

@@ -17,16 +17,20 @@ compare it with the active one on the user's question sets, activate it only whe
 
 A tuned model is a new model: its own name (its folder), its own vectors and index, never mixed
 with its base's. Until the gate activates it, the active model serves every search; an
-interruption at any step leaves it so.
+interruption at any step leaves it so. One tune runs at a time per data folder (:data:`LOCK`):
+a second is refused with an error naming the first's process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
+import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -306,6 +310,56 @@ def tune(
     register and fill the result beside it, gate it on ``question_files`` and activate it
     only when it loses on none of them (or whatever the gate says with ``force_activate``)."""
     tell = say or (lambda _: None)
+    with _one_tune_at_a_time(settings.data_dir / "models"):
+        return _tune(settings, sources, options, question_files, output, force_activate,
+                     progress, tell)  # fmt: skip
+
+
+LOCK = "tune.lock"
+"""The file in ``<data_dir>/models`` a running tune holds locked (``flock``): the lock goes with
+its process, however it ends, so a killed tune leaves nothing to clean up."""
+
+
+@contextlib.contextmanager
+def _one_tune_at_a_time(folder: Path) -> Iterator[None]:
+    """Hold the tune lock of ``folder``, or refuse at once: two tunes would train into the
+    same checkpoints and remove each other's files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK
+    with path.open("a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise PgkbError(
+                f"another pgkb models tune is running with the data folder {folder.parent} "
+                f"(process {holder})",
+                hint="wait for it to end (or stop it: its checkpoints let it resume later), "
+                "then run this tune again",
+            ) from None
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(str(os.getpid()))
+            handle.flush()
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _tune(
+    settings: Settings,
+    sources: PairSources,
+    options: TrainOptions,
+    question_files: Sequence[Path],
+    output: Path | None,
+    force_activate: bool,
+    progress: ProgressCallback | None,
+    tell: Callable[[str], None],
+) -> TuneReport:
     clock = time.monotonic()
     timings: dict[str, float] = {}
 
@@ -388,6 +442,7 @@ def tune(
             query_prompt=base_settings.embedding_query_prompt or "",
             document_prompt=base_settings.embedding_document_prompt or "",
             progress=progress,
+            say=tell,
         )
         trained = True
     else:

@@ -8,6 +8,13 @@ a bounded number of steps, writing checkpoints so that an interrupted run resume
 saved into a new folder with ``pgkb-tune.json``, its provenance: base model, corpus digest,
 pairs, steps, seed, library versions. The folder appears whole or not at all (written beside
 it, then renamed).
+
+A checkpoint appears whole or not at all too: the trainer writes it into
+``checkpoints/.saving``, its files and folder are flushed to disk (fsync), then it is renamed
+into place and marked complete (:data:`COMPLETE`). A run killed while it saved leaves the
+``.saving`` folder, a checkpoint without its mark (written by an older pgkb) or a request file
+cut short: the next run discards what is broken, says so in a line, and resumes from the last
+whole checkpoint (or from the start).
 """
 
 from __future__ import annotations
@@ -36,6 +43,10 @@ if TYPE_CHECKING:  # the command line reads TrainOptions' defaults without the d
 
 log = logging.getLogger(__name__)
 
+COMPLETE = "pgkb-complete"
+"""The file a checkpoint gets once it is whole on disk."""
+SAVING = ".saving"
+"""Where the trainer writes a checkpoint before it is renamed into place."""
 PROVENANCE = "pgkb-tune.json"
 """The file of a tuned model's folder that says how it was made."""
 LOSS = "MultipleNegativesRankingLoss"
@@ -99,6 +110,58 @@ def read_provenance(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _leftover_problem(marker: Path, request: Mapping[str, Any]) -> str | None:
+    """Why the ``.partial`` folder of ``marker`` cannot be resumed for ``request`` ("" for
+    another request's), or None when it can."""
+    if not marker.is_file():
+        return "it names no request (request.json is missing)"
+    try:
+        written = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return f"its request.json is unreadable ({exc}: the run was killed while it wrote it)"
+    return None if written == request else ""
+
+
+def _broken_checkpoints(checkpoints: Path) -> list[Path]:
+    """The checkpoints (and the ``.saving`` folder) a kill left half written: without their
+    :data:`COMPLETE` mark."""
+    if not checkpoints.is_dir():
+        return []
+    found = [checkpoints / SAVING] if (checkpoints / SAVING).exists() else []
+    found += [c for c in sorted(checkpoints.glob("checkpoint-*")) if not (c / COMPLETE).is_file()]
+    return found
+
+
+def _fsync_folder(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Every file under ``folder`` and every folder of it on disk."""
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_file():
+            with path.open("rb+") as handle:
+                os.fsync(handle.fileno())
+        elif path.is_dir():
+            _fsync_folder(path)
+    _fsync_folder(folder)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """``text`` into ``path``: written beside it, flushed, renamed over it."""
+    temporary = path.with_name(path.name + ".tmp")
+    with temporary.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    _fsync_folder(path.parent)
+
+
 def _peak_rss_mb() -> float:
     """This process's peak resident memory (Linux reports kilobytes, macOS bytes)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -130,11 +193,13 @@ def train(
     query_prompt: str = "",
     document_prompt: str = "",
     progress: StepProgress | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune the model in ``base_folder`` on ``pairs`` and save it into ``output`` (which
     must not exist) with its provenance (``provenance`` plus the training's own figures);
     returns the provenance written. Checkpoints go to ``<output>.partial``; an interrupted run
-    with the same request resumes from the newest one there."""
+    with the same request resumes from the newest whole one there (``say`` gets a line for
+    each broken leftover discarded)."""
     _training_libraries()
     import torch
     from datasets import Dataset
@@ -162,15 +227,26 @@ def train(
             f"the tuned model folder {output} exists already",
             hint="pass another --output, or remove the folder",
         )
+    tell = say or (lambda _: None)
     steps = options.steps(len(pairs))
     work = output.with_name(output.name + ".partial")
     request = dict(provenance.get("request") or {})
     marker = work / "request.json"
-    if work.exists() and (not marker.is_file() or json.loads(marker.read_text()) != request):
-        shutil.rmtree(work)  # another request's leftovers: start afresh
+    if work.exists():
+        problem = _leftover_problem(marker, request)
+        if problem is not None:
+            shutil.rmtree(work)
+            if problem:  # another request's leftovers go without a word
+                tell(f"discarded {work}: {problem}; training from the start")
     work.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(request, sort_keys=True), encoding="utf-8")
+    _write_atomically(marker, json.dumps(request, sort_keys=True))
     checkpoints = work / "checkpoints"
+    for broken in _broken_checkpoints(checkpoints):
+        shutil.rmtree(broken)
+        tell(
+            f"discarded {broken.name} of {work}: its save was interrupted (the run was "
+            "killed while it saved); resuming from the last whole checkpoint, if any"
+        )
     resume = checkpoints.is_dir() and any(checkpoints.glob("checkpoint-*"))
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
@@ -220,6 +296,38 @@ def train(
         disable_tqdm=True,
     )
 
+    class _AtomicCheckpoints(SentenceTransformerTrainer):
+        """Each checkpoint written into ``checkpoints/.saving``, flushed, renamed into place,
+        marked complete; then the older ones removed (``save_total_limit``)."""
+
+        saving = False
+
+        def _get_output_dir(self, trial: Any) -> str:
+            if self.saving:
+                return str(checkpoints / SAVING)
+            return str(super()._get_output_dir(trial))
+
+        def _save_checkpoint(self, model: Any, trial: Any) -> None:
+            staging = checkpoints / SAVING
+            shutil.rmtree(staging, ignore_errors=True)
+            self.saving = True
+            try:
+                super()._save_checkpoint(model, trial)
+            finally:
+                self.saving = False
+            (saved,) = staging.glob("checkpoint-*")
+            _fsync_tree(saved)
+            final = checkpoints / saved.name
+            if final.exists():
+                shutil.rmtree(final)
+            saved.rename(final)
+            _write_atomically(final / COMPLETE, str(self.state.global_step))
+            _fsync_folder(checkpoints)
+            shutil.rmtree(staging, ignore_errors=True)
+            for older in checkpoints.glob("checkpoint-*"):
+                if older != final:
+                    shutil.rmtree(older, ignore_errors=True)
+
     class _Steps(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if progress:
@@ -231,7 +339,7 @@ def train(
     with warnings.catch_warnings():
         # the trainer's own deprecation notes about its dependencies: nothing a user can act on
         warnings.simplefilter("ignore")
-        trainer = SentenceTransformerTrainer(
+        trainer = _AtomicCheckpoints(
             model=model,
             args=arguments,
             train_dataset=data,
@@ -267,6 +375,8 @@ def train(
     }
     (staged / PROVENANCE).write_text(json.dumps(written, indent=2) + "\n", encoding="utf-8")
     output.parent.mkdir(parents=True, exist_ok=True)
+    _fsync_tree(staged)
     staged.rename(output)
+    _fsync_folder(output.parent)
     shutil.rmtree(work, ignore_errors=True)
     return written

@@ -19,7 +19,11 @@
    holds its own connection, never a slot the others need.
 5. **The queue**: at most ``concurrency`` requests in the model and the database at once; up
    to ``queue_size`` more wait their turn (first come, first served) for ``queue_timeout``
-   seconds; past either, a 503 with ``Retry-After``.
+   seconds; past either, a 503 with ``Retry-After``. The web interface's form posts (sign-in,
+   sign-out: no model, no database) never enter it: a wrong token's sign-in waits out its
+   penalty (half a second, against guessing), and 300 of them would otherwise hold every slot
+   while the API's calls waited or got 503s. At most :data:`FORM_CONCURRENCY` of them are
+   handled at once, apart from the queue; past that, a 429 with ``Retry-After`` at once.
 
 Its refusals are JSON ``{"error": {"message", "type"}}``, but HTML pages (:class:`Pages`) for a
 web interface's requests: a browser shows the page, never a JSON object.
@@ -60,6 +64,9 @@ ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 JSON_TYPES = ("application/json",)
 FORM_TYPE = "application/x-www-form-urlencoded"
+FORM_CONCURRENCY = 16
+"""The web interface's form posts (sign-in, sign-out) handled at once, in slots of their own:
+a wrong token's sign-in holds one for its penalty, never one of the API's."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +148,13 @@ class Guard:
         allowed_hosts: tuple[str, ...] = (),
         bound: str = Limits.bound,
         pages: Pages | None = None,
+        streams: frozenset[tuple[str, str]] = frozenset(),
     ) -> None:
+        """``streams``: (method, path) of requests that open a long-lived stream which waits
+        for events and does no work of its own (``GET /mcp``): they take no slot, which they
+        would hold for as long as the client listens."""
         self.app = app
+        self.streams = streams
         self.token = token
         self.pages = pages
         self.max_body = max_body
@@ -156,6 +168,7 @@ class Guard:
         self.any_host = "*" in configured
         self.hosts = frozenset(LOCAL_NAMES | configured | ({bound_name} - ANY_ADDRESS))
         self.slots = anyio.Semaphore(self.concurrency)
+        self.form_slots = anyio.Semaphore(FORM_CONCURRENCY)
         self.waiting = 0
         """Requests waiting for a slot now."""
 
@@ -199,8 +212,11 @@ class Guard:
         body = await self._read_body(scope, receive, send)
         if body is None:  # answered already (too large, too slow) or the client left
             return
-        if path in UNQUEUED_PATHS:
+        if path in UNQUEUED_PATHS or (scope.get("method"), path) in self.streams:
             await self.app(scope, _replay(body, receive), send)
+            return
+        if self._is_form_post(scope):
+            await self._form_post(scope, _replay(body, receive), send)
             return
         if self.waiting >= self.queue_size and not self._slot_free():
             await self._busy(
@@ -233,6 +249,35 @@ class Guard:
 
     def _slot_free(self) -> bool:
         return self.slots.value > 0
+
+    def _is_form_post(self, scope: Scope) -> bool:
+        return (
+            self.pages is not None
+            and scope.get("method") == "POST"
+            and scope.get("path", "") in self.pages.form_paths
+        )
+
+    async def _form_post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A sign-in or sign-out: in one of the form slots, never the queue's (a wrong token's
+        penalty would hold a slot the API needs); none free: 429 at once."""
+        try:
+            self.form_slots.acquire_nowait()
+        except anyio.WouldBlock:
+            await self._refuse(
+                scope,
+                receive,
+                send,
+                429,
+                f"too many sign-ins at once ({FORM_CONCURRENCY} are being handled); retry in a "
+                "moment",
+                "rate_limited",
+                {"Retry-After": "1"},
+            )
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.form_slots.release()
 
     def _is_page(self, scope: Scope) -> bool:
         """Whether the request is for the web interface (:attr:`Pages.wants_page`)."""
@@ -337,6 +382,46 @@ class Guard:
             {"Connection": "close"},
         )
         return None
+
+
+def guarded(
+    app: ASGIApp,
+    limits: Limits,
+    *,
+    pages: Pages | None = None,
+    streams: frozenset[tuple[str, str]] = frozenset(),
+) -> Guard:
+    """``app`` inside a :class:`Guard` with ``limits`` (``pgkb serve``'s, ``pgkb mcp --http``'s)."""
+    return Guard(
+        app,
+        token=limits.token,
+        max_body=limits.max_body,
+        concurrency=limits.concurrency,
+        queue_timeout=limits.queue_timeout,
+        queue_size=limits.queue_size,
+        body_timeout=limits.body_timeout,
+        allowed_hosts=limits.allowed_hosts,
+        bound=limits.bound,
+        pages=pages,
+        streams=streams,
+    )
+
+
+def serve_forever(app: ASGIApp, limits: Limits, *, port: int, log_level: str = "info") -> None:
+    """Run ``app`` (guarded already) on uvicorn with ``limits``' connection handling
+    (:func:`server_config`) until SIGINT/SIGTERM."""
+    import uvicorn
+
+    config = server_config(
+        app,
+        host=limits.bound,
+        port=port,
+        header_timeout=limits.header_timeout,
+        write_timeout=limits.write_timeout,
+        max_connections=limits.max_connections,
+        log_level=log_level,
+    )
+    uvicorn.Server(config).run()
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

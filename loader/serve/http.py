@@ -37,6 +37,7 @@ flight finish, then the pool closes.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -54,7 +55,7 @@ from starlette.types import ASGIApp
 from loader.app import AskRequest, BadRequest, SearchRequest, surrogate_path
 from loader.errors import PgkbError
 from loader.serve import openai_chat
-from loader.serve.guard import Guard, Limits, Pages, error, server_config
+from loader.serve.guard import Guard, Limits, Pages, error, serve_forever
 from loader.serve.metrics import Metrics, RequestMetrics
 from loader.serve.service import KnowledgeService, Unavailable
 from loader.serve.streaming import Emitter, EventStream, sse
@@ -325,8 +326,6 @@ def run(
 ) -> None:
     """Serve until SIGINT/SIGTERM; requests in flight get 10 s to finish. ``open_browser``:
     open the web interface in the default browser once the server answers."""
-    import uvicorn
-
     app = create_app(
         service,
         token=limits.token,
@@ -340,13 +339,4 @@ def run(
     )
     if open_browser:
         open_when_ready(host, port)
-    config = server_config(
-        app,
-        host=host,
-        port=port,
-        header_timeout=limits.header_timeout,
-        write_timeout=limits.write_timeout,
-        max_connections=limits.max_connections,
-        log_level=log_level,
-    )
-    uvicorn.Server(config).run()
+    serve_forever(app, dataclasses.replace(limits, bound=host), port=port, log_level=log_level)

@@ -23,6 +23,7 @@ being dropped while the client waits (:func:`refusal`).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import io
 import json
@@ -57,7 +58,7 @@ from loader.app import (
     surrogate_path,
 )
 from loader.errors import PgkbError
-from loader.serve.guard import LOCAL_NAMES, error, host_name
+from loader.serve.guard import LOCAL_NAMES, Limits, error, guarded, host_name, serve_forever
 from loader.serve.mcp_results import (
     AskResult,
     Catalogue,
@@ -563,10 +564,19 @@ async def _serve_stdio(server: MCPServer[Any]) -> None:
 
 
 def run(
-    service: KnowledgeService, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765
+    service: KnowledgeService,
+    *,
+    http: bool = False,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    limits: Limits | None = None,
 ) -> None:
     """Serve ``service`` over stdio (the default) or streamable HTTP at ``/mcp`` (with
-    ``GET /metrics`` beside it)."""
+    ``GET /metrics`` beside it), behind ``pgkb serve``'s guard and connection handling
+    (:mod:`loader.serve.guard`: the ``Host`` check, body limits, the concurrency queue, the
+    request head's deadline, the cap on connections) with ``limits`` (its defaults: those of
+    ``pgkb serve``). ``GET /mcp``, the stream a client keeps open for the server's
+    notifications, takes no slot of the queue; each tool call (``POST /mcp``) takes one."""
     if not http:
         anyio.run(_serve_stdio, build_server(service))
         return
@@ -574,10 +584,16 @@ def run(
     metrics.model_loaded(service.model_name, service.model_load_seconds)
     server = build_server(service, metrics)
     server.custom_route("/metrics", methods=["GET"])(metrics_endpoint(metrics, host))
+    chosen = dataclasses.replace(limits or Limits(), bound=host, token=None)
+    app = guarded(server.streamable_http_app(host=host), chosen, streams=MCP_STREAMS)
     try:
-        server.run("streamable-http", host=host, port=port)
+        serve_forever(app, chosen, port=port)
     finally:
         metrics.close()
+
+
+MCP_STREAMS = frozenset({("GET", "/mcp")})
+"""The standalone stream of server notifications: open for as long as the client listens."""
 
 
 def metrics_endpoint(metrics: Metrics, host: str) -> Callable[[Request], Awaitable[Response]]:

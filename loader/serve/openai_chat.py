@@ -18,7 +18,9 @@ own system messages are not given to the model: pgkb's answer rules stand.
 The reply: ``choices[0].message.content`` is the cited answer (or "I don't know"), followed by
 a ``Sources:`` list when the model wrote it; the citations also come as a structured field,
 ``citations`` (title, source_uri, document_id, chunk_index, score, content), with ``pgkb``
-(abstained, mode, question, notes, related_documents). ``stream: true`` sends the same as
+(abstained, mode, question, notes, related_documents). The content is Markdown in which nothing
+loads or runs (:mod:`loader.answer.markdown`): titles and URIs in the ``Sources:`` list are
+escaped, images and links that are not http(s) are made text. ``stream: true`` sends the same as
 server-sent events in OpenAI's chunk format, the text as the model writes it (as far as the
 citation check lets it through: :mod:`loader.answer.stream`), ``citations`` and ``pgkb`` on the
 last chunk, then ``data: [DONE]``; ``stream_options.include_usage`` adds the usage chunk.
@@ -39,6 +41,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from loader.answer import markdown
 from loader.answer.passages import estimate_tokens
 from loader.app import AskRequest, BadRequest
 from loader.errors import PgkbError
@@ -261,8 +264,12 @@ def sources_footer(result: dict[str, Any]) -> str:
         if uri in seen:
             continue
         seen.add(uri)
-        title = citation["title"]
-        link = f"[{title}]({uri})" if uri.startswith(("http://", "https://")) else f"{title}: {uri}"
+        title = markdown.escape(citation["title"])
+        link = (
+            f"[{title}]({markdown.link_target(uri)})"
+            if uri.startswith(("http://", "https://"))
+            else f"{title}: {markdown.escape(uri)}"
+        )  # a title or a URI can carry Markdown: escaped, it is text
         lines.append(f"{len(lines) + 1}. {link}")
     return "\n\nSources:\n" + "\n".join(lines)
 
@@ -326,7 +333,7 @@ def chat_completions(
         if not chat.stream:
             result = await anyio.to_thread.run_sync(lambda: answer(service, chat, collections))
             request.state.pgkb_mode = result["mode"]
-            content = result["answer"] + sources_footer(result)
+            content = markdown.neutralise(result["answer"]) + sources_footer(result)
             return JSONResponse(
                 {
                     "id": ident,
@@ -360,8 +367,9 @@ def chat_completions(
         def render(kind: str, value: Any) -> list[bytes]:
             if kind == "text":
                 out = [chunk({"role": "assistant", "content": ""})] if not sent else []
-                sent.append(value)
-                return [*out, chunk({"content": value})]
+                text = markdown.neutralise(value)  # pieces end outside any link or tag
+                sent.append(text)
+                return [*out, chunk({"content": text})]
             if kind == "done":
                 request.state.pgkb_mode = value["mode"]
                 out = [chunk({"role": "assistant", "content": ""})] if not sent else []

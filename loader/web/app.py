@@ -219,9 +219,35 @@ class WebUI:
                     return secure(Response("sign in first", status_code=401))
                 target = request.url.path + ("?" + request.url.query if request.url.query else "")
                 return secure(RedirectResponse(url("/signin", {"next": target}), 303))
+            refused = self._cross_site_refusal(request)
+            if refused is not None:
+                return refused
             return await fn(request)
 
         return endpoint
+
+    def _cross_site_refusal(self, request: Request) -> Response | None:
+        """A 403 page for an address that costs or acts (:data:`auth.COSTLY`) requested from
+        another site (a link followed, an image, a script's fetch), else None. The page links
+        to the same address: followed from here, it runs."""
+        what = auth.costly(request.url.path, request.query_params)
+        if what is None or not auth.cross_site(request.headers, request.headers.get("host", "")):
+            return None
+        if request.url.path == "/ask/stream":
+            return secure(Response("refused: requested from another site", status_code=403))
+        here = request.url.path + "?" + request.url.query
+        question = request.query_params.get("q", "")
+        return self.render(
+            request,
+            "error.html",
+            status=403,
+            title="Opened from another site",
+            message=f"A page of another site asked this server for {here[:300]}, which "
+            f"{what}; it was not run.",
+            hint=f"Your question: {question[:500]}" if question else "",
+            go=here,
+            go_label="Run it here" if not question else "Ask it here",
+        )
 
     def _page(self, fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         """A page: signed in, its work on a worker thread, errors as error pages."""
@@ -578,6 +604,7 @@ class WebUI:
         session = request.cookies.get(auth.SESSION_COOKIE)
         if not self.sessions.csrf_matches(session, str(form.get("csrf") or "")):
             raise PageError(403, "Refused", "the sign-out form did not come from this page")
+        self.sessions.revoke(session)  # the cookie's copies open nothing any more
         response = RedirectResponse("/signin", 303)
         response.delete_cookie(auth.SESSION_COOKIE, path="/", httponly=True, samesite="strict")
         return response

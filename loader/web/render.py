@@ -41,6 +41,7 @@ TITLES = {
     413: "Too large",
     415: "Not a form or JSON",
     421: "Wrong address",
+    429: "Too many at once",
     500: "Internal error",
     503: "Busy",
 }

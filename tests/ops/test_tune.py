@@ -390,3 +390,91 @@ def test_tune_command_errors(cli_env: dict[str, str]) -> None:
     result = runner.invoke(cli, ["models", "tune", "--questions", "missing.json"], env=cli_env)
     assert result.exit_code == 2 and "missing.json does not exist" in result.output
     assert "Traceback" not in result.output
+
+
+TUNE_ARGS = ["--epochs", "3", "--max-steps", "12", "--batch-size", "8", "--learning-rate",
+             "5e-3", "--max-seq-length", "32", "--seed", "0", "--no-hard-negatives"]  # fmt: skip
+"""OPTIONS as command-line flags (in-batch negatives only: the tiny model trains in seconds)."""
+
+
+def _tune_process(env: dict[str, str], args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """``pgkb models tune ARGS`` as its own process, stderr to ``log``."""
+    with open(log, "wb") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-c", "from loader.cli import main; main()", "models", "tune",
+             *args],
+            env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=stderr,
+        )  # fmt: skip
+
+
+def test_a_checkpoint_broken_by_a_kill_while_saving_is_discarded_and_the_tune_completes(
+    tiny_kb: Settings, tmp_path: Path
+) -> None:
+    """A run stopped past its checkpoint, then the checkpoint left as a kill in the middle of
+    its save leaves it (its trainer state cut short, its optimizer state not written yet), and
+    the request file cut short too: before, every rerun ended in a traceback until the
+    ``.partial`` folder was deleted by hand."""
+    settings = tiny_kb
+
+    def stop_at_step(name: str, info: dict[str, Any]) -> None:
+        if name == "train-step" and int(info["step"]) >= 11:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # past the checkpoint of step 10
+        tune(settings, PLAIN, OPTIONS, progress=stop_at_step)
+    (work,) = (settings.data_dir / "models").glob("*-tuned-*.partial")
+    (checkpoint,) = (work / "checkpoints").glob("checkpoint-*")
+    state = checkpoint / "trainer_state.json"
+    state.write_bytes(state.read_bytes()[:40])  # what a kill mid-save leaves
+    (checkpoint / "optimizer.pt").unlink()
+    (checkpoint / "pgkb-complete").unlink()  # a checkpoint is marked complete once whole
+    env = {**_env(settings), "PGKB_EMBEDDING_BATCH_SIZE": "4"}
+    log = tmp_path / "rerun.log"
+    rerun = _tune_process(env, [*TUNE_ARGS, "--json"], log)
+    assert rerun.wait(timeout=600) == 0, log.read_text()
+    text = log.read_text()
+    assert "Traceback" not in text
+    assert f"{checkpoint.name}" in text and "discarded" in text, text  # said, not silent
+    assert not work.exists()
+    assert len(_models(settings)) == 2  # trained, registered
+
+    # the request file cut short by a kill: discarded with a line, the tune completes
+    stopped = tmp_path / "stopped"
+    with pytest.raises(KeyboardInterrupt):
+        tune(settings, PLAIN, OPTIONS, progress=stop_at_step, output=stopped)
+    request = stopped.with_name("stopped.partial") / "request.json"
+    request.write_text(request.read_text()[:5])
+    log2 = tmp_path / "rerun2.log"
+    rerun = _tune_process(env, [*TUNE_ARGS, "--output", str(stopped)], log2)
+    assert rerun.wait(timeout=600) == 0, log2.read_text()
+    assert "Traceback" not in log2.read_text() and "discarded" in log2.read_text()
+    assert (stopped / PROVENANCE).is_file()
+
+
+def test_a_second_tune_at_once_is_refused(tiny_kb: Settings, tmp_path: Path) -> None:
+    """Two ``pgkb models tune`` processes at once on one data folder: before, both trained into
+    the same ``.partial`` folder and one of them crashed."""
+    env = _env(tiny_kb)
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    long = ["--epochs", "100", "--max-steps", "5000", "--batch-size", "8", "--max-seq-length",
+            "32", "--no-hard-negatives"]  # fmt: skip
+    first = _tune_process(env, long, first_log)
+    try:
+        deadline = time.monotonic() + 300
+        while "training: step" not in first_log.read_text():
+            assert first.poll() is None, first_log.read_text()
+            assert time.monotonic() < deadline, first_log.read_text()
+            time.sleep(0.1)
+        second = _tune_process(env, long, second_log)
+        try:
+            assert second.wait(timeout=120) == 2, second_log.read_text()
+        finally:
+            if second.poll() is None:  # before the fix it trained along
+                second.kill()
+                second.wait()
+        text = second_log.read_text()
+        assert "another pgkb models tune is running" in text and "Traceback" not in text
+        assert first.poll() is None  # the first one goes on
+    finally:
+        first.kill()
+        first.wait()

@@ -14,6 +14,7 @@ import json
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -27,7 +28,7 @@ from starlette.routing import Route
 from loader.serve.guard import Guard, Pages
 from loader.web.app import FORM_PATHS, error_page, wants_page
 from tests.helpers import uvicorn_thread
-from tests.processes import wait_until
+from tests.processes import CollKb, Served, wait_until
 
 
 class Stub:
@@ -422,3 +423,48 @@ def test_a_busy_or_slow_browser_request_gets_a_page_the_api_json() -> None:
         assert b"did not arrive within 1 s" in answer
         held.gate.set()
         assert first.result(timeout=60).status_code == 200
+
+
+MCP_INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+
+def test_mcp_over_http_has_the_limits_of_pgkb_serve(coll_kb: CollKb, tmp_path: Path) -> None:
+    """``pgkb mcp --http`` as a process: 600 connections that send half a request head, a
+    body over the limit. Before, it ran the SDK's plain uvicorn: the heads stayed open for as
+    long as their clients kept them (4,000 of them for 40 s and more), whatever the body."""
+    served = Served(["--http"], coll_kb.env(coll_kb.role_url(coll_kb.reader)), tmp_path,
+                    command="mcp")  # fmt: skip
+    port = int(served.url.rsplit(":", 1)[1])
+    half = []
+    try:
+        for _ in range(600):
+            half.append(raw(port, b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"))
+        started = served.post("/mcp", json=MCP_INIT, headers=MCP_HEADERS, timeout=30)
+        assert started.status_code == 200, started.text[:500]
+        assert started.headers.get("mcp-session-id")
+        # past the header deadline (10 s) each is closed; past 512 open, the idlest already
+        wait_until(lambda: all(closed_by_server(s) for s in half), "half heads closed", 45, 0.2)
+        large = served.post(
+            "/mcp", content=b"{" + b" " * 2_000_000 + b"}",
+            headers={**MCP_HEADERS, "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert large.status_code == 413
+        assert large.json()["error"]["type"] == "request_too_large"
+        elsewhere = served.post("/mcp", json=MCP_INIT, headers={**MCP_HEADERS,
+                                "Host": "attacker.example"})  # fmt: skip
+        assert elsewhere.status_code == 421
+    finally:
+        for sock in half:
+            sock.close()
+        served.stop()
+    assert "Traceback" not in served.output()

@@ -27,6 +27,10 @@ REPLIES = [
     "B-tree [Index Types](https://example.org) is a link, then [VACUUM] cites.",
     "```sql\nSELECT [x]\n```\nB-tree [Index Types; VACUUM].",
     "B-tree [Index Types] .\n\nSecond paragraph [VACUUM] , done.",
+    # Markdown that would load or run: what arrives of it, at any point, is text
+    'B-tree [Index Types]. ![pixel](https://evil.example/t.png "a pixel") and [the form]'
+    '(javascript:alert(document.cookie) "click") and <img src="https://evil.example/i.png"'
+    ' alt="x"> done [VACUUM].',
 ]
 
 
@@ -51,6 +55,21 @@ def test_what_is_streamed_is_the_checked_answer(reply: str, size: int) -> None:
     if final.abstained:
         assert early == []  # not a word of a reply that ends as "I don't know"
     assert "Wikipedia" not in "".join(early)
+
+
+@pytest.mark.parametrize("size", [1, 3, 8, 1000])
+def test_no_prefix_a_client_receives_loads_or_runs_anything(size: int) -> None:
+    from markdown_it import MarkdownIt
+
+    reply = REPLIES[-1]
+    sent: list[str] = []
+    stream = CheckedStream(CONTEXT, sent.append)
+    for i in range(0, len(reply), size):
+        stream.feed(reply[i : i + size])
+        html = MarkdownIt("commonmark").render("".join(sent))
+        assert "<img" not in html and "javascript:" not in html and "evil.example" not in html
+    stream.finish(check_citations(reply, CONTEXT).answer)
+    assert "".join(sent) == "B-tree [Index Types]. pixel and the form and done [VACUUM]."
 
 
 def test_text_flows_before_the_reply_ends() -> None:
@@ -80,6 +99,10 @@ def test_a_final_answer_that_disagrees_comes_after_a_correction_line() -> None:
         ("a ```sql\nSELECT [x] ", 1),
         ("<think>a b c", 0),
         ("nospace", 0),
+        ('a b ![p](https://x.example/t.png "t', 3),
+        ("a b [x](javascript:alert(1", 3),
+        ('a b <img src="https://x.example/i.png" alt', 3),
+        ("a < b c", 5),
     ],
 )
 def test_safe_cut(text: str, cut: int) -> None:
