@@ -93,3 +93,14 @@ class JobState:
                     value.isoformat() if isinstance(value, datetime.datetime) else str(value)
                 )
         return data
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueState:
+    """The queue as :data:`QUEUE_STATE` reads it: jobs by state, and how long the oldest pending
+    one has waited (None: none pending)."""
+
+    pending: int
+    processing: int
+    failed: int
+    oldest_pending_seconds: float | None
