@@ -278,6 +278,16 @@ def test_the_database_decides_the_collection_and_errors_are_json(
         )
         assert upload.status_code == 413, upload.text
     assert _jobs(db_url) == 0
+    # the database gone away: 503, as a read's
+    with serving(settings) as (base, service):
+        service.settings = settings.replace(database_url="postgresql://127.0.0.1:1/nowhere")
+        down = httpx.post(
+            base + "/v1/documents",
+            json={"source_uri": "a.md", "content": POLICY, "collection": "hr"},
+            headers=_as(WRITE),
+        )
+        assert down.status_code == 503, down.text
+        assert down.json()["error"]["type"] == "unavailable"
 
 
 def test_metrics_show_the_queue_and_the_server_s_worker_processes_it(
@@ -315,6 +325,7 @@ def test_metrics_show_the_queue_and_the_server_s_worker_processes_it(
         assert worker.running
         text = httpx.get(base + "/metrics", headers=_as(READ)).text
         assert 'pgkb_document_jobs{state="pending"} 0.0' in text
+        assert 'route="/v1/documents/{id}"' in text  # a job's path counts as its route
     assert not worker.running
 
 
