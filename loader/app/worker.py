@@ -9,6 +9,9 @@ from __future__ import annotations
 import logging
 import threading
 
+from loader.db import queries
+from loader.db.session import connection
+from loader.errors import ConfigError
 from loader.ingest.jobs import Worker
 from loader.providers.embeddings import Embedder
 from loader.settings import Settings
@@ -24,6 +27,20 @@ class BackgroundWorker:
         self.worker = Worker(settings, embedder=embedder)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def check(self) -> BackgroundWorker:
+        """Refuse (:class:`ConfigError`) a role that may not take jobs from the queue, before
+        the server starts, rather than a worker thread that stops at its first claim."""
+        with connection(self.worker.settings) as conn:
+            row = conn.execute(queries.CAN_CLAIM_JOBS).fetchone()
+            role = conn.info.user
+        if not (row and row[0]):
+            raise ConfigError(
+                f"--worker: the role {role} may not take jobs from the write queue",
+                hint=f"a worker needs a loader role (pgkb db grant {role} --write, every "
+                "collection); or run pgkb worker as one beside this server",
+            )
+        return self
 
     def start(self) -> BackgroundWorker:
         if self._thread is None:

@@ -248,5 +248,5 @@ def serve(
     if with_worker:
         from loader.app.worker import BackgroundWorker
 
-        worker = BackgroundWorker(settings, embedder=service.embedder)
+        worker = BackgroundWorker(settings, embedder=service.embedder).check()
     run(service, limits, host=host, port=port, open_browser=open_browser, worker=worker)

@@ -29,6 +29,7 @@ from click.testing import CliRunner
 from psycopg import sql
 
 from loader.cli import cli
+from loader.errors import ConfigError
 from loader.ingest.jobs import Worker
 from loader.settings import Settings
 from tests.fake_openai import FakeOpenAI
@@ -313,8 +314,11 @@ def test_metrics_show_the_queue_and_the_server_s_worker_processes_it(
         assert float(oldest.split()[1]) >= 0.0
         job_id = posted.json()["id"]
 
-    # --worker: the queue processed in the server's process, stopped at its shutdown
-    worker = BackgroundWorker(owner_settings)
+    # --worker: a role that may not take jobs is refused before the server starts
+    with pytest.raises(ConfigError, match="may not take jobs from the write queue"):
+        BackgroundWorker(settings).check()
+    # the queue processed in the server's process, stopped at its shutdown
+    worker = BackgroundWorker(owner_settings).check()
     with serving(settings, worker=worker) as (base, _):
         deadline = time.monotonic() + 60
         state = "pending"

@@ -24,6 +24,8 @@ FINISH_DOCUMENT_JOB = (
 )
 DOCUMENT_ID = "SELECT id FROM kb.documents WHERE collection = %s AND source_uri = %s"
 LISTEN_DOCUMENT_JOBS = "LISTEN kb_document_jobs"
+CAN_CLAIM_JOBS = "SELECT has_function_privilege('kb.claim_document_job(text, integer)', 'EXECUTE')"
+"""Whether the role may take jobs from the queue (a loader: ``pgkb db grant ROLE --write``)."""
 QUEUE_STATE = """
 SELECT count(*) FILTER (WHERE state = 'pending') AS pending,
        count(*) FILTER (WHERE state = 'processing') AS processing,
