@@ -289,6 +289,16 @@ class Settings:
     the server on 127.0.0.1 then). Visible ASCII characters only (no spaces), as HTTP carries
     it: a token that could never be sent is refused at startup. Also sent by ``pgkb search`` and
     ``pgkb ask`` to ``serve_url``. Its web interface asks for it once in a sign-in form."""
+    serve_write_token: str | None = None
+    """Bearer token that lets a client write through ``pgkb serve``: ``POST``, ``PUT`` and
+    ``DELETE`` on ``/v1/documents`` need it (the read token gets 403 there; unset: the write
+    routes answer 403 and nothing is written). What it may write is decided by the database: the
+    server's role and its per-collection writing grants (``pgkb db grant ROLE --write
+    --collection NAME``; another collection: 403). It also reads, like ``serve_token``. Visible
+    ASCII characters only, and not the same as ``serve_token``."""
+    serve_max_upload: int = 20_000_000
+    """Largest file upload (``multipart/form-data`` on ``POST``/``PUT /v1/documents``) in bytes
+    that ``pgkb serve`` reads (larger: 413); JSON bodies keep ``--max-body``."""
     serve_allowed_hosts: str | None = None
     """Names ``pgkb serve`` answers to besides localhost and the address it is bound to
     (comma-separated, e.g. ``kb.internal,kb.example.com``): the ``Host`` header of every request

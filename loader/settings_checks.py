@@ -217,6 +217,17 @@ def problems_of(settings: Any) -> list[str]:
     except ConfigError as exc:
         problems.append(exc.message)
     problems += token_problems(settings.serve_token)
+    problems += token_problems(settings.serve_write_token, "serve_write_token")
+    write_token = settings.serve_write_token
+    if write_token is not None and write_token == settings.serve_token:
+        problems.append(
+            "serve_write_token is the same as serve_token: every reader could write; give "
+            "writers a token of their own"
+        )
+    if settings.serve_max_upload < 1024:
+        problems.append(
+            f"serve_max_upload must be at least 1024 bytes, got {settings.serve_max_upload}"
+        )
     return problems
 
 
@@ -238,23 +249,23 @@ def number_problems(settings: Any) -> list[str]:
     return problems
 
 
-def token_problems(token: str | None) -> list[str]:
+def token_problems(token: str | None, name: str = "serve_token") -> list[str]:
     """A bearer token travels in an HTTP header: surrounding whitespace is stripped by every
     client and server, and only visible ASCII is sent as it is; such a token could never
     authenticate. (The token itself is never shown.)"""
     if token is None:
         return []
     if not token.strip():
-        return ["serve_token is empty or only whitespace: set a real token, or unset it"]
+        return [f"{name} is empty or only whitespace: set a real token, or unset it"]
     if token != token.strip():
         return [
-            "serve_token starts or ends with whitespace (a newline from a file?); no "
+            f"{name} starts or ends with whitespace (a newline from a file?); no "
             "client can send it: strip it"
         ]
     bad = next((i for i, c in enumerate(token) if not "!" <= c <= "~"), None)
     if bad is not None:
         return [
-            f"serve_token has a character that is not visible ASCII (at position {bad + 1}: "
+            f"{name} has a character that is not visible ASCII (at position {bad + 1}: "
             "a space, a control or a non-ASCII character), which an HTTP header cannot "
             "carry as it is; use letters, digits and punctuation, e.g. "
             "`openssl rand -hex 24`"

@@ -58,7 +58,7 @@ from loader.app.results import (
     SearchResult,
 )
 from loader.db import queries
-from loader.db.queries import JobState
+from loader.db.queries import JobState, QueueState
 from loader.db.session import connection, reader_connection
 from loader.errors import ModelMismatchError, PgkbError, SqlState, database_error
 from loader.filters import SearchFilters
@@ -460,6 +460,17 @@ class KnowledgeBase:
         if request.job_id is not None and not rows:
             raise NotFound(f"no submitted document {request.job_id}")
         return tuple(rows)
+
+    def queue(self) -> QueueState:
+        """The write queue as the caller may see it (its collections, the newest 1,000 jobs):
+        jobs pending, processing and failed, and the age of the oldest pending one."""
+        with self.connection() as conn:
+            row = conn.execute(queries.QUEUE_STATE).fetchone()
+        assert row is not None
+        pending, processing, failed, oldest = row
+        return QueueState(
+            int(pending), int(processing), int(failed), None if oldest is None else float(oldest)
+        )
 
     def collections(self) -> list[str]:
         """The collections served (``--collection``) that the role may read, by name; on a

@@ -91,6 +91,12 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
 @_category
 @_collections
 @click.option("--http", "over_http", is_flag=True, help="Streamable HTTP (at /mcp), not stdio.")
+@click.option(
+    "--allow-writes",
+    is_flag=True,
+    help="Offer add_document and remove_document, writing into the --collection collections "
+    "only (required with it), as the server's database role within its writing grants.",
+)
 @_host
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
 @_limit_options
@@ -102,6 +108,7 @@ def mcp(
     category: str | None,
     collections: tuple[str, ...],
     over_http: bool,
+    allow_writes: bool,
     host: str,
     port: int,
     max_body: int,
@@ -116,7 +123,9 @@ def mcp(
     tools) or streamable HTTP (--http, with GET /metrics beside /mcp).
 
     It runs as the role its database URL names: a role given `pgkb db grant ROLE --read` can
-    use every tool.
+    use every tool. With --allow-writes an agent also adds and removes documents (what it adds
+    carries "origin": "mcp" in its metadata) in the --collection collections, which needs
+    `pgkb db grant ROLE --write --collection NAME`; a worker (pgkb worker) processes them.
 
     Over HTTP it has pgkb serve's limits: the Host header must name this server, a request
     head must arrive within 10 s and a body (at most --max-body) within 30 s, a client that
@@ -126,6 +135,11 @@ def mcp(
     from loader.serve.mcp import run
     from loader.serve.service import KnowledgeService
 
+    if allow_writes and not collections:
+        raise click.UsageError(
+            "--allow-writes needs the collections an agent may write into; name them: "
+            "pgkb mcp --allow-writes --collection notes"
+        )
     settings = app.settings(collections=",".join(collections) or None)
     service = KnowledgeService(
         settings,
@@ -143,7 +157,14 @@ def mcp(
     with service:
         if over_http:
             click.echo(f"pgkb mcp: streamable HTTP on http://{host}:{port}/mcp", err=True)
-        run(service, http=over_http, host=host, port=port, limits=limits)
+        run(
+            service,
+            http=over_http,
+            host=host,
+            port=port,
+            limits=limits,
+            writable=tuple(collections) if allow_writes else (),
+        )
 
 
 @click.command("serve")
@@ -155,6 +176,25 @@ def mcp(
     "serve_token",
     "--token",
     help="Bearer token every request but /healthz must send.",
+)
+@setting_option(
+    "serve_write_token",
+    "--write-token",
+    help="Bearer token that may write documents (POST, PUT, DELETE /v1/documents) as the "
+    "server's database role, within its writing grants; unset: the server writes nothing.",
+)
+@setting_option(
+    "serve_max_upload",
+    "--max-upload",
+    type=click.IntRange(1024),
+    help="Largest file upload (multipart/form-data on /v1/documents) in bytes (larger: 413).",
+)
+@click.option(
+    "--worker",
+    "with_worker",
+    is_flag=True,
+    help="Also process the write queue (what pgkb worker does) in a thread of this server, "
+    "stopped at shutdown.",
 )
 @_limit_options
 @setting_option(
@@ -179,6 +219,9 @@ def serve(
     host: str,
     port: int,
     serve_token: str | None,
+    serve_write_token: str | None,
+    serve_max_upload: int | None,
+    with_worker: bool,
     max_body: int,
     concurrency: int,
     queue_size: int,
@@ -199,13 +242,19 @@ def serve(
     in their Host header (localhost, the bound address, or --allowed-host) and send JSON as
     application/json; a request head must arrive within 10 s and a body within 30 s, and a
     client that reads nothing of its answer for 30 s is disconnected. With a token set, the web
-    interface asks for it once in a sign-in form."""
+    interface asks for it once in a sign-in form.
+
+    With --write-token, services add, replace and remove documents through /v1/documents (JSON
+    or a file upload) with that token; a worker (pgkb worker, or --worker here) processes
+    them."""
     from loader.serve.guard import Limits
     from loader.serve.http import run
     from loader.serve.service import KnowledgeService
 
     settings = app.settings(
         serve_token=serve_token,
+        serve_write_token=serve_write_token,
+        serve_max_upload=serve_max_upload,
         serve_allowed_hosts=serve_allowed_hosts,
         collections=",".join(collections) or None,
     )
@@ -221,9 +270,16 @@ def serve(
     limits = Limits(
         token=settings.serve_token,
         max_body=max_body,
+        write_token=settings.serve_write_token,
+        max_upload=settings.serve_max_upload,
         concurrency=concurrency,
         queue_size=queue_size,
         queue_timeout=queue_timeout,
         allowed_hosts=settings.allowed_hosts(),
     )
-    run(service, limits, host=host, port=port, open_browser=open_browser)
+    worker = None
+    if with_worker:
+        from loader.app.worker import BackgroundWorker
+
+        worker = BackgroundWorker(settings, embedder=service.embedder).check()
+    run(service, limits, host=host, port=port, open_browser=open_browser, worker=worker)

@@ -8,13 +8,19 @@
    by ``serve_allowed_hosts``; otherwise 421. A web page that rebinds its own name to 127.0.0.1
    sends its own name, so it never reaches a route.
 2. **Bearer token** (when one is configured), compared in constant time; ``/healthz`` needs none
-   (``/metrics`` needs it but, like ``/healthz``, takes no slot in the queue).
+   (``/metrics`` needs it but, like ``/healthz``, takes no slot in the queue). The writing token
+   (``serve_write_token``) is accepted wherever the token is; which routes need it is the
+   routes' business (``/v1/documents``' writes).
 3. **JSON bodies only**: a POST, PUT or PATCH must declare ``Content-Type: application/json``
    (415 otherwise): a page can send ``text/plain``, a form or a typeless blob to another origin
    without asking (a CORS "simple" request), but never ``application/json``. The one exception:
    the web interface's form paths (:attr:`Pages.form_paths`, sign-in and sign-out) take a POST
-   of ``application/x-www-form-urlencoded``, and check its CSRF value and origin themselves.
-4. **The body, read whole before any slot is taken**, within ``max_body`` bytes (413) and
+   of ``application/x-www-form-urlencoded``, and check its CSRF value and origin themselves;
+   and the upload paths (:attr:`upload_paths`, ``/v1/documents``) take ``multipart/form-data``
+   too: a page can send one to another origin, but never with the ``Authorization`` header
+   every write there needs (the writing token), so nothing is written that way.
+4. **The body, read whole before any slot is taken**, within ``max_body`` bytes
+   (``max_upload`` for a ``multipart/form-data`` upload) (413) and
    ``body_timeout`` seconds in all (408, connection closed): a client sending a byte at a time
    holds its own connection, never a slot the others need.
 5. **The queue**: at most ``concurrency`` requests in the model and the database at once; up
@@ -68,6 +74,15 @@ FORM_CONCURRENCY = 16
 """The web interface's form posts (sign-in, sign-out) handled at once, in slots of their own:
 a wrong token's sign-in holds one for its penalty, never one of the API's."""
 
+MULTIPART_TYPE = "multipart/form-data"
+UPLOAD_PREFIX = "/v1/documents"
+"""The paths whose POST and PUT may carry a ``multipart/form-data`` upload: this one and those
+under it."""
+
+
+def is_upload_path(path: str) -> bool:
+    return path == UPLOAD_PREFIX or path.startswith(UPLOAD_PREFIX + "/")
+
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
@@ -75,6 +90,8 @@ class Limits:
 
     token: str | None = None
     max_body: int = 1_000_000
+    write_token: str | None = None
+    max_upload: int = 20_000_000
     concurrency: int = 8
     queue_size: int = 256
     queue_timeout: float = 30.0
@@ -141,6 +158,8 @@ class Guard:
         *,
         token: str | None = None,
         max_body: int = Limits.max_body,
+        write_token: str | None = None,
+        max_upload: int = Limits.max_upload,
         concurrency: int = Limits.concurrency,
         queue_timeout: float = Limits.queue_timeout,
         queue_size: int = Limits.queue_size,
@@ -156,8 +175,10 @@ class Guard:
         self.app = app
         self.streams = streams
         self.token = token
+        self.write_token = write_token
         self.pages = pages
         self.max_body = max_body
+        self.max_upload = max_upload
         self.concurrency = max(1, concurrency)
         self.queue_timeout = queue_timeout
         self.queue_size = max(0, queue_size)
@@ -190,7 +211,13 @@ class Guard:
         path = scope.get("path", "")
         # a browser's: pages check their session, others are 404; never an API route
         page = self._is_page(scope) and self.pages is not None and path not in self.pages.api_paths
-        if self.token and path not in OPEN_PATHS and not page and not self._authorised(headers):
+        if (
+            self.token
+            and path not in OPEN_PATHS
+            and not page
+            and not self._authorised(headers, self.token)
+            and not (self.write_token and self._authorised(headers, self.write_token))
+        ):
             response = error(401, "missing or wrong bearer token", "authentication_error")
             response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
@@ -205,11 +232,12 @@ class Guard:
                 "unsupported_media_type",
             )
             return
+        limit = self.max_upload if self._is_upload(path, headers) else self.max_body
         length = headers.get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            await self._too_large(scope, receive, send)
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await self._too_large(scope, receive, send, limit)
             return
-        body = await self._read_body(scope, receive, send)
+        body = await self._read_body(scope, receive, send, limit)
         if body is None:  # answered already (too large, too slow) or the client left
             return
         if path in UNQUEUED_PATHS or (scope.get("method"), path) in self.streams:
@@ -320,13 +348,8 @@ class Guard:
             "or --allowed-host"
         )
 
-    def _authorised(self, headers: dict[bytes, bytes]) -> bool:
-        header = headers.get(b"authorization", b"").decode("latin-1")
-        scheme, _, given = header.partition(" ")
-        assert self.token is not None
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            given.strip().encode("latin-1", "replace"), self.token.encode("latin-1", "replace")
-        )
+    def _authorised(self, headers: dict[bytes, bytes], token: str) -> bool:
+        return bearer_matches(headers.get(b"authorization", b"").decode("latin-1"), token)
 
     def _body_type_allowed(self, path: str, headers: dict[bytes, bytes]) -> bool:
         """JSON, or a form on one of the web interface's form paths (sign-in, sign-out)."""
@@ -334,15 +357,25 @@ class Guard:
         media = value.split(";", 1)[0].strip().lower()
         if media in JSON_TYPES or (media.startswith("application/") and media.endswith("+json")):
             return True
+        if media == MULTIPART_TYPE and is_upload_path(path):
+            return True
         return media == FORM_TYPE and self.pages is not None and path in self.pages.form_paths
 
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+    @staticmethod
+    def _is_upload(path: str, headers: dict[bytes, bytes]) -> bool:
+        value = headers.get(b"content-type", b"").decode("latin-1")
+        return is_upload_path(path) and value.split(";", 1)[0].strip().lower() == MULTIPART_TYPE
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        hint = ""
+        if limit < self.max_upload and is_upload_path(scope.get("path", "")):
+            hint = f"; a file may come as a multipart/form-data upload of up to {self.max_upload}"
         await self._refuse(
             scope,
             receive,
             send,
             413,
-            f"the request body exceeds {self.max_body} bytes",
+            f"the request body exceeds {limit} bytes{hint}",
             "request_too_large",
             {"Connection": "close"},
         )
@@ -353,7 +386,9 @@ class Guard:
             scope, receive, send, 503, message, "unavailable", {"Retry-After": str(retry)}
         )
 
-    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+    async def _read_body(
+        self, scope: Scope, receive: Receive, send: Send, limit: int
+    ) -> bytes | None:
         """The whole body, or None after answering 413 (too large) or 408 (not sent within
         ``body_timeout`` seconds), or when the client went away."""
         chunks: list[bytes] = []
@@ -365,8 +400,8 @@ class Guard:
                     return None
                 piece = message.get("body", b"")
                 seen += len(piece)
-                if seen > self.max_body:
-                    await self._too_large(scope, receive, send)
+                if seen > limit:
+                    await self._too_large(scope, receive, send, limit)
                     return None
                 chunks.append(piece)
                 if not message.get("more_body", False):
@@ -396,6 +431,8 @@ def guarded(
         app,
         token=limits.token,
         max_body=limits.max_body,
+        write_token=limits.write_token,
+        max_upload=limits.max_upload,
         concurrency=limits.concurrency,
         queue_timeout=limits.queue_timeout,
         queue_size=limits.queue_size,
@@ -422,6 +459,15 @@ def serve_forever(app: ASGIApp, limits: Limits, *, port: int, log_level: str = "
         log_level=log_level,
     )
     uvicorn.Server(config).run()
+
+
+def bearer_matches(header: str, token: str) -> bool:
+    """Whether an ``Authorization`` header carries ``token`` as its bearer token (compared in
+    constant time)."""
+    scheme, _, given = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode("latin-1", "replace"), token.encode("latin-1", "replace")
+    )
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

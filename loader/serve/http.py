@@ -18,6 +18,9 @@ Routes (JSON in, JSON out; errors as ``{"error": {"message", "type"}}``):
     What ``pgkb search --json`` and ``pgkb ask --json`` print; ``/v1/ask`` streams
     server-sent events (``progress``, ``text``, then ``answer``) with ``"stream": true`` or
     ``Accept: text/event-stream``.
+``POST /v1/documents``, ``GET /v1/documents[/{id}]``, ``PUT`` and ``DELETE /v1/documents/{id}``
+    Documents written through the write queue, with the writing token
+    (:mod:`loader.serve.documents`).
 ``GET /healthz``
     Database reachable and model loaded (503 when the database is not); needs no token.
 ``GET /metrics``
@@ -42,7 +45,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from starlette.applications import Starlette
@@ -52,15 +55,19 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from loader.app import AskRequest, BadRequest, SearchRequest, surrogate_path
+from loader.app import AskRequest, BadRequest, Forbidden, NotFound, SearchRequest, surrogate_path
 from loader.errors import PgkbError
 from loader.serve import openai_chat
+from loader.serve.documents import document_routes
 from loader.serve.guard import Guard, Limits, Pages, error, serve_forever
 from loader.serve.metrics import Metrics, RequestMetrics
 from loader.serve.service import KnowledgeService, Unavailable
 from loader.serve.streaming import Emitter, EventStream, sse
 from loader.web.app import FORM_PATHS, error_page, wants_page, web_routes
 from loader.web.launch import open_when_ready
+
+if TYPE_CHECKING:  # the worker's module (the ingestion pipeline) loads only with --worker
+    from loader.app.worker import BackgroundWorker
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +80,10 @@ def _pgkb_error(exc: PgkbError) -> JSONResponse:
         return error(503, message, "unavailable")
     if isinstance(exc, openai_chat.ModelNotFound):
         return error(404, message, "model_not_found")
+    if isinstance(exc, Forbidden):
+        return error(403, message, "permission_error")
+    if isinstance(exc, NotFound):
+        return error(404, message, "not_found")
     if isinstance(exc, BadRequest):
         return error(400, message, "invalid_request_error")
     return error(500, message, "server_error")
@@ -121,6 +132,9 @@ def create_app(
     *,
     token: str | None = None,
     max_body: int = MAX_BODY_BYTES,
+    write_token: str | None = None,
+    max_upload: int = Limits.max_upload,
+    worker: BackgroundWorker | None = None,
     concurrency: int = Limits.concurrency,
     queue_timeout: float = Limits.queue_timeout,
     queue_size: int = Limits.queue_size,
@@ -131,7 +145,9 @@ def create_app(
     web: bool = True,
 ) -> ASGIApp:
     """The ASGI app serving ``service`` (opened already; closed at shutdown if
-    ``close_service``), inside its :class:`~loader.serve.guard.Guard`."""
+    ``close_service``), inside its :class:`~loader.serve.guard.Guard`. ``write_token``: the
+    bearer token that may write through ``/v1/documents`` (None: nothing is written);
+    ``worker``: a queue worker started with the app and stopped at its shutdown."""
 
     async def run(fn: Callable[[], Any]) -> Any:
         return await anyio.to_thread.run_sync(fn)
@@ -268,14 +284,18 @@ def create_app(
             return error_page(500, "internal error; the server log has the details")
         return error(500, "internal error; the server log has the details", "server_error")
 
-    metrics = Metrics()
+    metrics = Metrics(queue=service.queue)
     metrics.model_loaded(service.model_name, service.model_load_seconds)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if worker is not None:
+            worker.start()
         try:
             yield
         finally:
+            if worker is not None:
+                await anyio.to_thread.run_sync(worker.stop)
             metrics.close()
             if close_service:
                 service.close()
@@ -292,6 +312,7 @@ def create_app(
         Route("/v1/ask", handler(ask), methods=["POST"]),
         Route("/healthz", handler(healthz), methods=["GET"]),
         Route("/metrics", metrics.endpoint, methods=["GET"]),
+        *document_routes(service, write_token=write_token, json_body=_json_body, handler=handler),
     ]
     app = Starlette(
         routes=[*routes, *(web_routes(service, token=token) if web else [])],
@@ -302,6 +323,8 @@ def create_app(
         app,
         token=token,
         max_body=max_body,
+        write_token=write_token,
+        max_upload=max_upload,
         concurrency=concurrency,
         queue_timeout=queue_timeout,
         queue_size=queue_size,
@@ -312,7 +335,7 @@ def create_app(
         if web
         else None,
     )
-    return RequestMetrics(guarded, metrics, [r.path for r in routes])
+    return RequestMetrics(guarded, metrics, {r.path for r in routes})
 
 
 def run(
@@ -323,13 +346,18 @@ def run(
     port: int,
     log_level: str = "info",
     open_browser: bool = False,
+    worker: BackgroundWorker | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM; requests in flight get 10 s to finish. ``open_browser``:
-    open the web interface in the default browser once the server answers."""
+    open the web interface in the default browser once the server answers; ``worker``: a
+    queue worker run beside the requests (``--worker``)."""
     app = create_app(
         service,
         token=limits.token,
         max_body=limits.max_body,
+        write_token=limits.write_token,
+        max_upload=limits.max_upload,
+        worker=worker,
         concurrency=limits.concurrency,
         queue_timeout=limits.queue_timeout,
         queue_size=limits.queue_size,

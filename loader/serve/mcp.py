@@ -1,7 +1,10 @@
 """``pgkb mcp``: the knowledge base as Model Context Protocol tools (the official ``mcp`` SDK).
 
-Six tools over one warm :class:`~loader.serve.service.KnowledgeService`: ``search``, ``ask``,
-``read_document``, ``neighbor_chunks``, ``explore_graph``, ``list_documents``. Each has typed
+Six tools (eight with ``--allow-writes``: ``add_document`` and ``remove_document``, writing
+through the write queue into the named collections only, each document's metadata saying
+``"origin": "mcp"``) over one warm :class:`~loader.serve.service.KnowledgeService`:
+``search``, ``ask``, ``read_document``, ``neighbor_chunks``, ``explore_graph``,
+``list_documents``. Each has typed
 arguments (the SDK turns them into the input schema and validates every call against it) and a
 typed result (its output schema); results carry titles, ``source_uri``s, document and chunk ids,
 so the calling agent can cite. A bad argument, a refused scope or an unreachable database is a
@@ -54,7 +57,9 @@ from loader.app import (
     GraphRequest,
     NeighboursRequest,
     ReadRequest,
+    RemoveRequest,
     SearchRequest,
+    SubmitRequest,
     surrogate_path,
 )
 from loader.errors import PgkbError
@@ -63,6 +68,7 @@ from loader.serve.mcp_results import (
     AskResult,
     Catalogue,
     GraphResult,
+    JobResult,
     NeighborsResult,
     ReadResult,
     SearchResult,
@@ -99,6 +105,14 @@ Collections = Annotated[
         description="Only these collections (knowledge bases); default: every one this server "
         "may read.",
         max_length=100,
+    ),
+]
+
+WriteCollection = Annotated[
+    str | None,
+    Field(
+        description="The collection to write into, one of those this server writes (the tool's "
+        "description names them); default: its only one, when it writes one."
     ),
 ]
 
@@ -153,9 +167,19 @@ class _Observed:
             )
 
 
-def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> MCPServer[Any]:
+ORIGIN = "mcp"
+"""What a document written through ``pgkb mcp`` carries in its metadata as ``origin``."""
+
+
+def build_server(
+    service: KnowledgeService,
+    metrics: Metrics | None = None,
+    *,
+    writable: tuple[str, ...] = (),
+) -> MCPServer[Any]:
     """The MCP server with pgkb's six tools bound to ``service`` (tool calls counted in
-    ``metrics`` when given)."""
+    ``metrics`` when given); with ``writable`` collections (``--allow-writes``), also
+    ``add_document`` and ``remove_document``, which write into those only."""
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import ToolAnnotations
@@ -193,11 +217,11 @@ def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> M
     server = Server(name="pgkb", instructions=INSTRUCTIONS + scope)
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
-    def tool(fn: Any) -> Any:
+    def tool(fn: Any, annotations: ToolAnnotations = read_only) -> Any:
         accepted[fn.__name__] = tuple(
             name for name in inspect.signature(fn).parameters if name != "ctx"
         )  # the request's context is the SDK's, never an argument
-        return server.tool(annotations=read_only)(fn)
+        return server.tool(annotations=annotations)(fn)
 
     def call(tool: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         with _Observed(metrics, tool):
@@ -438,7 +462,96 @@ def build_server(service: KnowledgeService, metrics: Metrics | None = None) -> M
             )
         )
 
+    if writable:
+        _write_tools(service, writable, tool, call)
     return server
+
+
+def _write_tools(
+    service: KnowledgeService,
+    writable: tuple[str, ...],
+    tool: Callable[..., Any],
+    call: Callable[..., Any],
+) -> None:
+    """``add_document`` and ``remove_document``, writing into ``writable`` only (the database's
+    grants of the server's role apply on top)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp_types import ToolAnnotations
+
+    names = ", ".join(writable)
+
+    def target(collection: str | None) -> str:
+        if collection is None:
+            if len(writable) == 1:
+                return writable[0]
+            raise ToolError(f"collection: required; this server writes into {names}")
+        if collection not in writable:
+            raise ToolError(
+                f"this server may not write into collection {collection!r}; it writes into "
+                f"{names} only"
+            )
+        return collection
+
+    def add_document(
+        source_uri: Annotated[
+            str,
+            Field(
+                description="The document's name, unique in its collection, e.g. "
+                "'notes/2026-03-standup.md'. The same name again replaces the document."
+            ),
+        ],
+        content: Annotated[str, Field(description="The document's text, Markdown or plain.")],
+        title: Annotated[
+            str | None, Field(description="Its title (default: its first heading or line).")
+        ] = None,
+        metadata: Annotated[
+            dict[str, Any] | None,
+            Field(description='Metadata to store with it, a JSON object, e.g. {"topic": "x"}.'),
+        ] = None,
+        category: Annotated[str | None, Field(description="Its category.")] = None,
+        collection: WriteCollection = None,
+    ) -> JobResult:
+        """Add a document to the knowledge base (or replace the one of the same source_uri).
+        It becomes searchable once a worker has processed it (state pending, then ready); the
+        same text submitted again changes nothing. The document records that it came from
+        this MCP server."""
+        chosen = target(collection)
+        job = call("add_document", lambda: service.submit(SubmitRequest(
+            source_uri, content=content, title=title,
+            metadata={**(metadata or {}), "origin": ORIGIN},
+            category=category, collection=chosen,
+        )))  # fmt: skip
+        return JobResult.model_validate(job.to_dict())
+
+    def remove_document(
+        source_uri: Annotated[str, Field(description="The document's source_uri.")],
+        collection: WriteCollection = None,
+    ) -> JobResult:
+        """Remove a document from the knowledge base (its chunks and links go with it) once a
+        worker has processed the removal."""
+        chosen = target(collection)
+        job = call(
+            "remove_document",
+            lambda: service.remove(RemoveRequest(source_uri, collection=chosen)),
+        )
+        return JobResult.model_validate(job.to_dict())
+
+    for fn in (add_document, remove_document):  # the agent reads where it may write
+        fn.__doc__ = f"{fn.__doc__} This server writes into the collections: {names}."
+    tool(
+        add_document,
+        ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+            open_world_hint=False,
+        ),
+    )  # fmt: skip
+    tool(
+        remove_document,
+        ToolAnnotations(
+            read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+            open_world_hint=False,
+        ),
+    )  # fmt: skip
 
 
 # --- stdio: every line answered -----------------------------------------------------------------
@@ -570,19 +683,21 @@ def run(
     host: str = "127.0.0.1",
     port: int = 8765,
     limits: Limits | None = None,
+    writable: tuple[str, ...] = (),
 ) -> None:
     """Serve ``service`` over stdio (the default) or streamable HTTP at ``/mcp`` (with
     ``GET /metrics`` beside it), behind ``pgkb serve``'s guard and connection handling
     (:mod:`loader.serve.guard`: the ``Host`` check, body limits, the concurrency queue, the
     request head's deadline, the cap on connections) with ``limits`` (its defaults: those of
     ``pgkb serve``). ``GET /mcp``, the stream a client keeps open for the server's
-    notifications, takes no slot of the queue; each tool call (``POST /mcp``) takes one."""
+    notifications, takes no slot of the queue; each tool call (``POST /mcp``) takes one.
+    ``writable``: the collections the write tools may write into (none: no write tools)."""
     if not http:
-        anyio.run(_serve_stdio, build_server(service))
+        anyio.run(_serve_stdio, build_server(service, writable=writable))
         return
-    metrics = Metrics()
+    metrics = Metrics(queue=service.queue if writable else None)
     metrics.model_loaded(service.model_name, service.model_load_seconds)
-    server = build_server(service, metrics)
+    server = build_server(service, metrics, writable=writable)
     server.custom_route("/metrics", methods=["GET"])(metrics_endpoint(metrics, host))
     chosen = dataclasses.replace(limits or Limits(), bound=host, token=None)
     app = guarded(server.streamable_http_app(host=host), chosen, streams=MCP_STREAMS)

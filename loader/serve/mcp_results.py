@@ -128,3 +128,22 @@ class Catalogue(BaseModel):
     documents: list[CatalogueEntry]
     count: int
     truncated: bool = Field(description="True when more documents exist than limit allowed.")
+
+
+class JobResult(BaseModel):
+    """A document submitted or removed through the write queue (add_document,
+    remove_document)."""
+
+    id: str = Field(description="The job's id.")
+    action: str = Field(description="put (add or replace) or remove.")
+    collection: str
+    source_uri: str
+    title: str | None = None
+    category: str | None = None
+    state: str = Field(
+        description="pending until a worker processes it, then ready or failed (see error)."
+    )
+    attempts: int
+    error: str | None = None
+    document_id: str | None = Field(None, description="The document's id, once ready.")
+    chunks: int = 0

@@ -18,6 +18,11 @@ never share counts. What is counted:
     Time a call waited for a pooled database connection; calls that gave up waiting.
 ``pgkb_model_load_seconds{model}``
     How long the embedding model took to load when the server started.
+``pgkb_document_jobs{state}``, ``pgkb_document_jobs_oldest_pending_seconds``
+    The write queue (``pgkb serve`` only), read through the core at each scrape as the server's
+    role sees it (its collections, the newest 1,000 jobs): jobs ``pending``, ``processing`` and
+    ``failed`` (failures stay until the document is submitted again), and how long the oldest
+    pending job has waited (0: none). Absent from a scrape when the database does not answer.
 
 The events come from :mod:`loader.telemetry` (which the search and answer code call); while a
 server runs, its :class:`Metrics` listens to them.
@@ -27,9 +32,10 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -49,7 +55,9 @@ serving: contextvars.ContextVar[Metrics | None] = contextvars.ContextVar(
 class Metrics:
     """One server's metrics: a registry, its instruments, and the telemetry listener."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, queue: Callable[[], Any] | None = None) -> None:
+        """``queue``: reads the write queue's state (:meth:`loader.app.core.KnowledgeBase.queue`)
+        at each scrape; None: no queue gauges."""
         # imported here: `pgkb mcp` over stdio keeps no metrics and starts without it
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -86,6 +94,8 @@ class Metrics:
         )  # fmt: skip
         for stage in ("gate", "model"):  # present at 0 from the start: rate() needs a series
             self.abstentions.labels(stage=stage)
+        if queue is not None:
+            r.register(_QueueCollector(queue))
         telemetry.add_listener(self.on_event)
 
     def close(self) -> None:
@@ -121,7 +131,7 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
     async def endpoint(self, request: Request) -> Response:
-        body, content_type = self.exposition()
+        body, content_type = await anyio.to_thread.run_sync(self.exposition)  # reads the queue
         return Response(body, media_type=content_type.split(";")[0], headers={
             "Content-Type": content_type})  # fmt: skip
 
@@ -137,13 +147,26 @@ class RequestMetrics:
         self.app = app
         self.metrics = metrics
         self.routes = frozenset(routes)
+        self.templates = sorted(
+            ((r.split("{", 1)[0], r) for r in self.routes if "{" in r), reverse=True
+        )
+        """Routes with a path parameter (``/v1/documents/{id}``): a path counts as its route."""
+
+    def route(self, path: str) -> str:
+        if path in self.routes:
+            return path
+        for prefix, template in self.templates:
+            rest = path[len(prefix) :]
+            if path.startswith(prefix) and rest and "/" not in rest:
+                return template
+        return "other"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        route = path if path in self.routes else "other"
+        route = self.route(path)
         started = time.perf_counter()
         status = 500
         scope.setdefault("state", {})
@@ -161,3 +184,32 @@ class RequestMetrics:
             serving.reset(token)
             mode = str(scope["state"].get("pgkb_mode", "-"))
             self.metrics.observe(route, mode, status, time.perf_counter() - started)
+
+
+class _QueueCollector:
+    """The write queue's gauges, read when Prometheus scrapes (a failed read leaves them out)."""
+
+    def __init__(self, read: Callable[[], Any]) -> None:
+        self.read = read
+
+    def describe(self) -> list[Any]:
+        return []  # never collected at registration (no database call then)
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        try:
+            state = self.read()
+        except Exception:  # the database is down: /metrics still answers
+            return
+        jobs = GaugeMetricFamily(
+            "pgkb_document_jobs", "Jobs of the write queue by state.", labels=["state"]
+        )
+        for name in ("pending", "processing", "failed"):
+            jobs.add_metric([name], float(getattr(state, name)))
+        yield jobs
+        yield GaugeMetricFamily(
+            "pgkb_document_jobs_oldest_pending_seconds",
+            "Seconds the oldest pending job of the write queue has waited (0: none pending).",
+            value=float(state.oldest_pending_seconds or 0.0),
+        )

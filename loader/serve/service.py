@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
@@ -32,7 +32,7 @@ from loader.app.core import KnowledgeBase
 from loader.db import queries
 from loader.db.connect import connect, database_url, privilege_error
 from loader.db.migrations import check_schema
-from loader.db.session import read_only_configurer, scope_session
+from loader.db.session import connection, read_only_configurer, scope_session
 from loader.errors import (
     ConfigError,
     DatabaseError,
@@ -84,6 +84,7 @@ class KnowledgeService(KnowledgeBase):
             settings,
             embedder=get_embedder(settings),
             connections=self._pooled,
+            write_connections=self._writing,
             category=category,
         )
         self.model_load_seconds: float | None = None
@@ -183,6 +184,22 @@ class KnowledgeService(KnowledgeBase):
             if exc.sqlstate != SqlState.COLLECTION_NOT_READABLE:
                 raise
             raise BadRequest(exc.message, hint=self._collections_hint()) from None
+
+    @contextmanager
+    def _writing(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of its own to the primary for one write (``/v1/documents``, the MCP
+        write tools), as the server's role, in autocommit; the database not answering is
+        :class:`Unavailable` (HTTP 503), like a read's."""
+        with ExitStack() as stack:
+            try:
+                conn = stack.enter_context(connection(self.settings))
+            except psycopg.OperationalError as exc:
+                detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise Unavailable(f"the database connection failed: {detail}") from None
+            except DatabaseError as exc:  # cannot connect, or the schema is not usable
+                raise Unavailable(exc.message, hint=exc.hint) from None
+            conn.autocommit = True
+            yield conn
 
     def _collections_hint(self) -> str:
         try:

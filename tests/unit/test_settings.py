@@ -93,3 +93,24 @@ def test_a_serve_token_that_no_client_could_send_is_refused(
 def test_allowed_hosts_are_split() -> None:
     settings = load_settings(serve_allowed_hosts=" kb.internal, ,kb.example.com ")
     assert settings.allowed_hosts() == ("kb.internal", "kb.example.com")
+
+
+def test_a_writing_token_is_checked_and_differs_from_the_read_token() -> None:
+    with pytest.raises(ConfigError, match="serve_write_token has a character"):
+        load_settings(serve_write_token="two words")
+    with pytest.raises(ConfigError, match="serve_write_token is the same as serve_token"):
+        load_settings(serve_token="abc123", serve_write_token="abc123")
+    with pytest.raises(ConfigError, match="serve_max_upload must be at least 1024"):
+        load_settings(serve_max_upload=10)
+    settings = load_settings(serve_token="abc123", serve_write_token="def456")
+    assert settings.serve_write_token == "def456" and settings.serve_max_upload == 20_000_000
+
+
+def test_mcp_allow_writes_needs_the_collections_it_writes() -> None:
+    from click.testing import CliRunner
+
+    from loader.cli import cli
+
+    result = CliRunner().invoke(cli, ["mcp", "--allow-writes"])
+    assert result.exit_code == 2, result.output
+    assert "--allow-writes needs the collections" in result.output

@@ -24,6 +24,8 @@ FINISH_DOCUMENT_JOB = (
 )
 DOCUMENT_ID = "SELECT id FROM kb.documents WHERE collection = %s AND source_uri = %s"
 LISTEN_DOCUMENT_JOBS = "LISTEN kb_document_jobs"
+CAN_CLAIM_JOBS = "SELECT has_function_privilege('kb.claim_document_job(text, integer)', 'EXECUTE')"
+"""Whether the role may take jobs from the queue (a loader: ``pgkb db grant ROLE --write``)."""
 QUEUE_STATE = """
 SELECT count(*) FILTER (WHERE state = 'pending') AS pending,
        count(*) FILTER (WHERE state = 'processing') AS processing,
@@ -93,3 +95,14 @@ class JobState:
                     value.isoformat() if isinstance(value, datetime.datetime) else str(value)
                 )
         return data
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueState:
+    """The queue as :data:`QUEUE_STATE` reads it: jobs by state, and how long the oldest pending
+    one has waited (None: none pending)."""
+
+    pending: int
+    processing: int
+    failed: int
+    oldest_pending_seconds: float | None
