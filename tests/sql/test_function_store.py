@@ -570,6 +570,30 @@ def test_snapshot_amend_rewrites_the_unlanded_revision_only(tmp_path: Path) -> N
     assert snapshot.frozen_hashes(alembic / "functions") == frozen  # nothing listed twice
 
 
+def test_snapshot_freeze_through_a_revision_leaves_the_newer_ones_out(tmp_path: Path) -> None:
+    """At a release's squash the baseline is frozen and a migration not yet landed is not."""
+    alembic, functions = _checkout(tmp_path)
+    _edit(functions / "stats.sql", "COMMENT ON FUNCTION", "-- edited\nCOMMENT ON FUNCTION")
+    assert snapshot.main(["-m", "unlanded"], alembic, functions) == 0
+    newest, before = snapshot.migrations(alembic / "versions")[-2:][::-1]
+    for folder in ("versions", "functions"):
+        (alembic / folder / "frozen.txt").write_text(
+            "".join(
+                line
+                for line in (alembic / folder / "frozen.txt").read_text().splitlines(True)
+                if before.revision not in line.split()[-1]  # as if `before` was not frozen yet
+            )
+        )
+    assert snapshot.main(["--freeze", "--through", before.revision], alembic, functions) == 0
+    versions = snapshot.frozen_hashes(alembic / "versions")
+    store = snapshot.frozen_hashes(alembic / "functions")
+    assert before.path.name in versions and newest.path.name not in versions
+    assert all(f"{name}/{before.revision}.sql" in store for name in before.functions)
+    assert f"stats/{newest.revision}.sql" not in store
+    with pytest.raises(SystemExit):
+        snapshot.main(["--through", before.revision], alembic, functions)
+
+
 def test_snapshot_renumber_moves_an_unlanded_migration_after_one_landed_first(
     tmp_path: Path,
 ) -> None:
