@@ -95,6 +95,28 @@ def known_revisions() -> set[str]:
     return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
 
 
+# Revisions a release folded into its baseline: they no longer exist, so a database at one of
+# them cannot be upgraded by this pgkb. Each release's baseline keeps the id of the newest
+# revision it folds (0036: 0009-0036), and names the commit whose pgkb still has the revisions.
+FOLDED_REVISIONS: dict[str, tuple[str, str]] = {
+    f"{n:04d}": ("0036", "8d1c315") for n in range(9, 36)
+}
+
+
+def folded_error(revision: str) -> None:
+    """Raise :class:`DatabaseError` when ``revision`` was folded into a release's baseline."""
+    if revision not in FOLDED_REVISIONS:
+        return
+    baseline, commit = FOLDED_REVISIONS[revision]
+    raise DatabaseError(
+        f"this database is at revision {revision}, which pgkb 0.1.0 folded into its baseline "
+        f"{baseline}: this pgkb cannot upgrade it",
+        hint=f"upgrade it to {baseline} with the pgkb of commit {commit} first (in a checkout "
+        f"of that commit: pip install -e . && pgkb db upgrade), then with this pgkb; "
+        "or re-create the database",
+    )
+
+
 def check_schema(conn: psycopg.Connection[Any]) -> str:
     """Raise :class:`DatabaseError` unless the ``kb`` schema is at this pgkb's head revision."""
     revision = current_revision(conn)
@@ -106,6 +128,7 @@ def check_schema(conn: psycopg.Connection[Any]) -> str:
         )
     if revision == head:
         return revision
+    folded_error(revision)
     if revision not in known_revisions():
         raise DatabaseError(
             f"the kb schema is at revision {revision}, which this pgkb (head {head}) "
@@ -133,6 +156,8 @@ def _preflight(url: str) -> str | None:
                 "or unset PGKB_DATABASE_URL to use pgkb's embedded server, which has it",
             )
         revision = current_revision(conn)
+        if revision is not None:
+            folded_error(revision)
         if revision is not None and revision not in known_revisions():
             check_schema(conn)  # raises the "made by a newer pgkb" error
     finally:

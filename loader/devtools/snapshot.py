@@ -13,7 +13,8 @@ only while that revision has not landed (it is not listed in ``alembic/versions/
 landed a migration with the same number first): new number, ``down_revision``, file names and
 store files, then its functions are snapshotted again against the new chain.
 ``--freeze`` lists every migration and store file in the ``frozen.txt`` files: run by whoever
-lands them on main.
+lands them on main. ``--freeze --through REVISION`` lists only those of revisions up to
+``REVISION`` (at a release's squash, a migration not yet landed stays out).
 """
 
 from __future__ import annotations
@@ -330,12 +331,18 @@ def renumber(alembic: Path, path: Path, current: dict[str, str]) -> int:
     return 0
 
 
-def freeze(alembic: Path) -> int:
-    """Add every migration and store file not yet listed to the frozen.txt files."""
-    for folder, files in (
+def freeze(alembic: Path, through: str | None = None) -> int:
+    """Add every migration and store file not yet listed to the frozen.txt files (only those of
+    revisions up to ``through``, when given)."""
+    for folder, found in (
         ("versions", sorted((alembic / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))),
         ("functions", store_files(alembic / "functions")),
     ):
+        files = [
+            path
+            for path in found
+            if through is None or (path.name[:4] if folder == "versions" else path.stem) <= through
+        ]
         directory = alembic / folder
         frozen = frozen_hashes(directory)
         lines = [
@@ -369,11 +376,16 @@ def main(
         "--renumber", metavar="FILE", type=Path, help="move an unlanded migration to the end"
     )
     action.add_argument("--freeze", action="store_true", help="freeze every migration and file")
+    parser.add_argument(
+        "--through", metavar="REVISION", help="with --freeze: only revisions up to REVISION"
+    )
     args = parser.parse_args(argv)
+    if args.through is not None and not args.freeze:
+        parser.error("--through goes with --freeze")
 
     alembic = alembic or resources.alembic_dir()
     if args.freeze:
-        return freeze(alembic)
+        return freeze(alembic, args.through)
     current = function_files(functions)
     if args.amend:
         return amend(alembic, current)

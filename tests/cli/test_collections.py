@@ -102,7 +102,7 @@ def test_a_migration_moves_an_existing_knowledge_base_into_default_without_reemb
     old_reader = f"old_reader_{uuid.uuid4().hex[:6]}"
     _create_role(pg_url, old_reader)
     try:
-        migrate(empty_db_url, "0012")
+        migrate(empty_db_url, "0008")  # the last release before the baseline 0036
         with psycopg.connect(empty_db_url) as conn:
             conn.execute("SELECT kb.register_model('m', 3, 'test')")
             doc = conn.execute(

@@ -90,6 +90,28 @@ def test_schema_made_by_a_newer_pgkb_is_refused(db_url: str, tmp_path: Path) -> 
     assert "newer pgkb" in result.stderr and "9999" in result.stderr
 
 
+def test_a_database_at_a_revision_folded_into_the_baseline_is_refused_unchanged(
+    db_url: str, tmp_path: Path
+) -> None:
+    """0009-0035 were folded into the baseline 0036: `pgkb db upgrade` and the schema check of
+    every other command name the revision and the pgkb that upgrades it, exit 2, and change
+    nothing."""
+    from tests.sql.test_function_store import schema_snapshot
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE kb.alembic_version SET version_num = '0020'")
+    before = schema_snapshot(db_url)
+    env = {"PGKB_DATABASE_URL": db_url, "PGKB_DATA_DIR": str(tmp_path)}
+    for args in (["db", "upgrade"], ["stats"]):
+        result = run(args, env)
+        assert result.exit_code == 2, (args, result.output)
+        assert "revision 0020, which pgkb 0.1.0 folded into its baseline 0036" in result.stderr
+        assert "upgrade it to 0036 with the pgkb of commit 8d1c315 first" in result.stderr
+        assert "re-create the database" in result.stderr
+        assert "Traceback" not in result.output
+    assert schema_snapshot(db_url) == before
+
+
 def test_bad_setting_exits_2_with_its_name(tmp_path: Path) -> None:
     result = run(["db", "url"], {"PGKB_RRF_K": "x", "PGKB_DATA_DIR": str(tmp_path)})
     assert result.exit_code == 2

@@ -44,7 +44,9 @@ OLD_VERSIONS_TREE = "4354a09d9cf549033bdc8c0bb7f70383eee169e6"
 OLD_HELPER_BLOB = "d193616c618366c0b3cf9fac1b94a2a49f39792c"
 OLD_HELPER_SHA256 = "4246e5ba5deb3ec4b92ddf7fd3b5caa6bd610f10f520aa3f757d2adc40f4b70d"
 CONVERTED = "0021"  # the newest revision the conversion rewrote
-NON_EMPTY_PREVIOUS = 58  # PREVIOUS texts in 0001-0021 (each equals a text stored earlier)
+# 0009-0036 were folded into the release baseline 0036: of the converted revisions, 0001-0008 remain
+RELEASED = "0008"
+NON_EMPTY_PREVIOUS = 21  # PREVIOUS texts in 0001-0008 (each equals a text stored earlier)
 
 ROOT = resources.PACKAGE_DIR.parent
 ALEMBIC = resources.alembic_dir()
@@ -122,7 +124,7 @@ def test_each_store_file_is_the_text_its_migration_carried(old_chain: dict[str, 
     new = {m.revision: m for m in snapshot.migrations()}
     extracted: set[Path] = set()
     previous_texts = 0
-    for name in sorted(n for n in old_chain if n.endswith(".py")):
+    for name in sorted(n for n in old_chain if n.endswith(".py") and n[:4] <= RELEASED):
         old_tree = ast.parse(old_chain[name])
         old = _constants(old_tree)
         migration = new[old["revision"]]
@@ -151,8 +153,8 @@ def test_each_store_file_is_the_text_its_migration_carried(old_chain: dict[str, 
         assert {k: v for k, v in _constants(new_tree).items() if k != "FUNCTIONS"} == kept, name
         assert _steps(new_tree) == _steps(old_tree), name
     assert previous_texts == NON_EMPTY_PREVIOUS
-    converted = {p for p in snapshot.store_files(STORE) if p.name[:4] <= CONVERTED}
-    assert converted == extracted, "the store holds files of 0001-0021 no migration carried"
+    converted = {p for p in snapshot.store_files(STORE) if p.name[:4] <= RELEASED}
+    assert converted == extracted, "the store holds files of 0001-0008 no migration carried"
 
 
 # --- the old chain and the new chain build the same database -------------------------------------
@@ -362,9 +364,11 @@ def test_the_old_chain_and_the_new_build_the_same_database(
     old_helper.write_bytes(_git("cat-file", "blob", OLD_HELPER_BLOB))
     assert hashlib.sha256(old_helper.read_bytes()).hexdigest() == OLD_HELPER_SHA256
 
+    # the converted revisions that remain (0009-0021 were folded into the baseline 0036, which
+    # test_the_chain_before_the_baseline_and_after_build_the_same_database compares)
     revisions = [m.revision for m in snapshot.migrations()]
-    assert revisions[: int(CONVERTED)] == [f"{n:04d}" for n in range(1, int(CONVERTED) + 1)]
-    old_revisions = revisions[: int(CONVERTED)]
+    assert revisions[: int(RELEASED)] == [f"{n:04d}" for n in range(1, int(RELEASED) + 1)]
+    old_revisions = revisions[: int(RELEASED)]
     name = f"pgkb_chain_{uuid.uuid4().hex[:8]}"
 
     url = create_database(private_server, name)
@@ -379,11 +383,11 @@ def test_the_old_chain_and_the_new_build_the_same_database(
     assert len(old_states) == 2 * len(old_revisions)
     for (label, old), (_, new) in zip(old_states, new_states, strict=True):
         assert old == new, f"after {label}:\n{_differences(old, new)}"
-    # what was compared is the whole schema: the functions of 0021, roles, policies, rows
+    # what was compared is the whole schema: the functions of 0008, roles, grants, rows
     head = old_states[len(old_revisions) - 1][1]
-    converted = snapshot.store_state(snapshot.migrations()[: int(CONVERTED)])
-    assert len(head["functions"]) == len(converted) and head["roles"] and head["policies"]
-    assert head["rows of kb.alembic_version"] == [(f'{{"version_num": "{CONVERTED}"}}',)]
+    converted = snapshot.store_state(snapshot.migrations()[: int(RELEASED)])
+    assert len(head["functions"]) == len(converted) and head["roles"]
+    assert head["rows of kb.alembic_version"] == [(f'{{"version_num": "{RELEASED}"}}',)]
 
 
 # --- the store is linted like code ----------------------------------------------------------
@@ -566,6 +570,30 @@ def test_snapshot_amend_rewrites_the_unlanded_revision_only(tmp_path: Path) -> N
     assert snapshot.frozen_hashes(alembic / "functions") == frozen  # nothing listed twice
 
 
+def test_snapshot_freeze_through_a_revision_leaves_the_newer_ones_out(tmp_path: Path) -> None:
+    """At a release's squash the baseline is frozen and a migration not yet landed is not."""
+    alembic, functions = _checkout(tmp_path)
+    _edit(functions / "stats.sql", "COMMENT ON FUNCTION", "-- edited\nCOMMENT ON FUNCTION")
+    assert snapshot.main(["-m", "unlanded"], alembic, functions) == 0
+    newest, before = snapshot.migrations(alembic / "versions")[-2:][::-1]
+    for folder in ("versions", "functions"):
+        (alembic / folder / "frozen.txt").write_text(
+            "".join(
+                line
+                for line in (alembic / folder / "frozen.txt").read_text().splitlines(True)
+                if before.revision not in line.split()[-1]  # as if `before` was not frozen yet
+            )
+        )
+    assert snapshot.main(["--freeze", "--through", before.revision], alembic, functions) == 0
+    versions = snapshot.frozen_hashes(alembic / "versions")
+    store = snapshot.frozen_hashes(alembic / "functions")
+    assert before.path.name in versions and newest.path.name not in versions
+    assert all(f"{name}/{before.revision}.sql" in store for name in before.functions)
+    assert f"stats/{newest.revision}.sql" not in store
+    with pytest.raises(SystemExit):
+        snapshot.main(["--through", before.revision], alembic, functions)
+
+
 def test_snapshot_renumber_moves_an_unlanded_migration_after_one_landed_first(
     tmp_path: Path,
 ) -> None:
@@ -614,3 +642,79 @@ def test_snapshot_renumber_moves_an_unlanded_migration_after_one_landed_first(
     assert snapshot.store_state(chain, store) == resources.function_files(functions)
     _ruff("format", "--check", "--no-cache", str(moved.path))
     assert re.search(r"^down_revision = \"" + number + '"$', text, re.M)
+
+
+# --- the release baseline: 0009-0036 folded into 0036 ------------------------------------------
+
+# alembic/ as it was right before the squash (`git rev-parse 8d1c315:alembic`): its chain has
+# 0009-0036 one by one, and its store every intermediate text
+PRE_BASELINE_ALEMBIC_TREE = "243a86b413cf58825ad671d0cbfac4620becedac"
+BASELINE = "0036"
+
+# a database at 0008 with what the folded migrations move: a reader role (its collection grant),
+# a model and its HNSW index (kb.vector_indexes), chunks in two documents with words common enough
+# for kb.term_postings (the per-collection statistics)
+DATA_AT_0008 = """
+CREATE ROLE pgkb_baseline_reader LOGIN IN ROLE kb_reader;
+SELECT kb.register_model('m', 3, 'test');
+INSERT INTO kb.documents (id, source_uri, title, content_sha) VALUES
+  ('00000000-0000-0000-0000-000000000001', 'a.md', 'A', 'a'),
+  ('00000000-0000-0000-0000-000000000002', 'b.md', 'B', 'b');
+INSERT INTO kb.chunks (document_id, chunk_index, content, content_sha, token_count)
+SELECT CASE WHEN i % 2 = 0 THEN '00000000-0000-0000-0000-000000000001'::uuid
+            ELSE '00000000-0000-0000-0000-000000000002'::uuid END,
+       i, 'common words postgres index chunk number ' || i || ' rare' || (i % 7), 'c' || i, 10
+  FROM generate_series(0, 239) AS i;
+"""
+
+
+def _baseline_walk(url: str, alembic_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    run_alembic(url, alembic_dir, "upgrade", RELEASED)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(DATA_AT_0008.encode())
+    states = [("0008 with data", schema_snapshot(url))]
+    for action, revision in (
+        ("upgrade", BASELINE),
+        ("downgrade", RELEASED),
+        ("upgrade", BASELINE),
+        ("downgrade", "base"),
+        ("upgrade", BASELINE),
+    ):
+        run_alembic(url, alembic_dir, action, revision)
+        states.append((f"{action} to {revision}", schema_snapshot(url)))
+    return states
+
+
+@pytest.mark.slow
+def test_the_chain_before_the_baseline_and_after_build_the_same_database(
+    private_server: str, tmp_path: Path
+) -> None:
+    """0008 -> 0036 -> 0008 -> 0036, and base -> 0036, by the 28 migrations of before the squash
+    and by the baseline: the same catalog (functions by pg_get_functiondef, grants, policies,
+    comments) and the same rows after each step."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: the migrations before the baseline are read from git")
+    try:
+        archive = _git("archive", "--format=tar", PRE_BASELINE_ALEMBIC_TREE)
+    except subprocess.CalledProcessError:
+        pytest.skip(f"git tree {PRE_BASELINE_ALEMBIC_TREE} is not in this checkout's history")
+    old_alembic = tmp_path / "alembic"
+    old_alembic.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(old_alembic)], input=archive, check=True)
+    folded = [p for p in (old_alembic / "versions").glob("*.py") if p.name[:4] <= BASELINE]
+    assert len(folded) == int(BASELINE)  # 0001-0036, one by one
+
+    name = f"pgkb_baseline_{uuid.uuid4().hex[:8]}"
+    url = create_database(private_server, name)
+    old_states = _baseline_walk(url, old_alembic)
+    _reset(private_server, name)
+    url = create_database(private_server, name)
+    new_states = _baseline_walk(url, ALEMBIC)
+    _reset(private_server, name)
+
+    for (label, old), (_, new) in zip(old_states, new_states, strict=True):
+        assert old == new, f"after {label}:\n{_differences(old, new)}"
+    at_baseline = old_states[1][1]
+    assert len(at_baseline["functions"]) == len(snapshot.store_state(snapshot.migrations()[:-1]))
+    assert at_baseline["rows of kb.term_postings"] and at_baseline["rows of kb.collection_grants"]
+    assert at_baseline["rows of kb.vector_indexes"] and at_baseline["policies"]
