@@ -94,7 +94,7 @@ def test_the_reference_shows_the_new_tree_and_not_the_old_names() -> None:
     assert not {f"pgkb {old}" for old in MOVED} & commands
     top = {c for c in commands if c.count(" ") == 1}
     top_level = ["ask", "collections", "db", "docs", "eval", "ingest", "mcp", "models"]
-    top_level += ["quickstart", "search", "serve", "stats"]
+    top_level += ["quickstart", "search", "serve", "stats", "worker"]
     assert top == {f"pgkb {name}" for name in top_level}
     page = cli_markdown()
     for old, new in MOVED.items():
