@@ -238,6 +238,15 @@ def _calls(db: Db) -> list[tuple[str, str, tuple[Any, ...]]]:
          "FROM kb.document_page(page_size => 500) ORDER BY 1", ()),
         ("document_facets", "SELECT * FROM kb.document_facets() ORDER BY 1, 2", ()),
         ("ingest_activity", "SELECT count(*) FROM kb.ingest_activity(100)", ()),
+        # the write path: a reader may call these, and is refused the same way whatever eng holds
+        ("writable_collections", "SELECT kb.writable_collections()", ()),
+        ("collection_writable", "SELECT kb.collection_writable('eng')", ()),
+        ("document_jobs", "SELECT count(*) FROM kb.document_jobs(NULL, 1000, NULL)", ()),
+        ("submit_document", "SELECT kb.submit_document('x.md', 'X', %s, '{}', NULL, 'eng')",
+         (w,)),
+        ("submit_file", "SELECT kb.submit_file('x.md', %s, 'text/markdown', NULL, '{}', NULL, "
+         "'eng')", (w.encode(),)),
+        ("remove_document", "SELECT kb.remove_document('x.md', 'eng')", ()),
     ]  # fmt: skip
 
 
@@ -255,7 +264,13 @@ def _plain(value: Any) -> Any:
 def _observe(
     conn: psycopg.Connection[Any], calls: list[tuple[str, str, tuple[Any, ...]]]
 ) -> list[Any]:
-    return [_plain(conn.execute(query, params).fetchall()) for _, query, params in calls]  # type: ignore[call-overload]
+    seen: list[Any] = []
+    for _, query, params in calls:
+        try:
+            seen.append(_plain(conn.execute(query, params).fetchall()))  # type: ignore[call-overload]
+        except psycopg.Error as exc:  # a refusal is compared too: it must not vary either
+            seen.append(["error", exc.sqlstate, exc.diag.message_primary, exc.diag.message_hint])
+    return seen
 
 
 def _run_states(
@@ -319,6 +334,9 @@ def test_the_owner_narrowed_to_hr_sees_what_the_reader_sees(db: Db) -> None:
     # the owner still gets the whole-database figures a reader never gets (stats' tables,
     # models and run log; the collections its role may read), the rest is the reader's
     whole_db = {"stats", "readable_collections", "collection_list"}
+    # the owner may write: its writes are not probes (they would queue jobs)
+    whole_db |= {"writable_collections", "collection_writable", "submit_document", "submit_file",
+                 "remove_document"}  # fmt: skip
     calls = [c for c in _calls(db) if c[0] not in whole_db]
     narrowed = _run_states(db, db.url, session="hr", calls=calls)
     assert _differences(narrowed, calls) == []

@@ -218,6 +218,20 @@ def _read_only_function_calls(
             "SELECT kb.collection_readable('default')",
             lambda rows: rows == [(True,)],
         ),
+        # the write path's reads: who may write, and the queue's states (a standby queues
+        # nothing: submitting is a write, refused there like any other)
+        "writable_collections": (
+            "SELECT kb.writable_collections() IS NULL",
+            lambda rows: rows == [(True,)],
+        ),
+        "collection_writable": (
+            "SELECT kb.collection_writable('default')::text",  # void: it raised nothing
+            lambda rows: rows == [("",)],
+        ),
+        "document_jobs": (
+            "SELECT count(*) FROM kb.document_jobs()",
+            lambda rows: rows == [(0,)],
+        ),
         "collection_list": (
             "SELECT name, documents, chunks FROM kb.collection_list()",
             lambda rows: rows == [("default", 3, 4)],
