@@ -48,6 +48,7 @@ from loader.app.requests import (
     Scope,
     SearchRequest,
     SubmitRequest,
+    single_category,
 )
 from loader.app.results import (
     Catalogue,
@@ -257,7 +258,7 @@ class KnowledgeBase:
         (the pieces add up to the returned answer; one settled without a model reply comes in
         one piece); ``progress``: a line per stage (the search, each of the agent's steps)."""
         filters = self.scoped(request.filters)
-        category = filters.category[0] if len(filters.category) == 1 else None
+        category = single_category(filters)
         sent: list[str] = []
 
         def checked(piece: str) -> None:

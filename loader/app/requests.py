@@ -78,6 +78,11 @@ def _scope(
         raise BadRequest(exc.message, hint=exc.hint) from None
 
 
+def single_category(filters: SearchFilters) -> str | None:
+    """The one category ``filters`` ask for (None for none or several)."""
+    return filters.category[0] if len(filters.category) == 1 else None
+
+
 @dataclasses.dataclass(frozen=True)
 class Scope:
     """Where a call looks: its filters (category, metadata, source pattern) and the collections
@@ -92,7 +97,7 @@ class Scope:
     @property
     def category(self) -> str | None:
         """The one category asked for (None for none or several)."""
-        return self.filters.category[0] if len(self.filters.category) == 1 else None
+        return single_category(self.filters)
 
     @classmethod
     def of(cls, category: Any = None, collections: Any = None) -> Scope:
@@ -171,7 +176,7 @@ class SearchOptions:
     @property
     def category(self) -> str | None:
         """The one category asked for (None for none or several)."""
-        return self.filters.category[0] if len(self.filters.category) == 1 else None
+        return single_category(self.filters)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +230,7 @@ class AskRequest:
 
     @property
     def category(self) -> str | None:
-        return self.filters.category[0] if len(self.filters.category) == 1 else None
+        return single_category(self.filters)
 
 
 @dataclasses.dataclass(frozen=True)
